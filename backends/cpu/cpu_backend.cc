@@ -1,0 +1,157 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "src/dtype_convert.h"
+#include "src/model.h"
+
+namespace lumen::cpu {
+
+CpuBackend::CpuBackend(int32_t num_threads)
+    : pool_(num_threads), scratch_(pool_.num_threads()) {}
+
+absl::StatusOr<void*> CpuBackend::AllocateState(int64_t bytes) {
+  const size_t size = static_cast<size_t>(
+      (std::max<int64_t>(bytes, 1) + kStateAlignment - 1) / kStateAlignment * kStateAlignment);
+  void* block = std::aligned_alloc(kStateAlignment, size);
+  if (block == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes of session state"));
+  }
+  std::memset(block, 0, size);
+  return block;
+}
+
+void CpuBackend::FreeState(void* block) { std::free(block); }
+
+absl::Status CpuBackend::ZeroState(void* block, int64_t bytes) {
+  std::memset(block, 0, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CopyState(void* dst, const void* src, int64_t bytes) {
+  std::memcpy(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::StateToHost(void* host_dst, const void* src, int64_t bytes) {
+  return CopyState(host_dst, src, bytes);
+}
+
+absl::Status CpuBackend::StateFromHost(void* dst, const void* host_src, int64_t bytes) {
+  return CopyState(dst, host_src, bytes);
+}
+
+void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
+                         const PreparedInputs& in, float* o, int32_t session,
+                         int32_t value_head, SlotScratch& scratch) {
+  const int64_t t0 = run.cu_seqlens[session];
+  const int64_t t1 = run.cu_seqlens[session + 1];
+  if (t1 == t0) return;
+  const int64_t H = spec.num_heads, HV = spec.num_value_heads;
+  const int64_t K = spec.key_dim, V = spec.value_dim;
+  const int64_t qk_head = value_head / (HV / H);
+
+  HeadSequence seq;
+  seq.num_tokens = static_cast<int32_t>(t1 - t0);
+  seq.key_dim = spec.key_dim;
+  seq.value_dim = spec.value_dim;
+  seq.q = in.q + (t0 * H + qk_head) * K;
+  seq.k = in.k + (t0 * H + qk_head) * K;
+  seq.q_stride = seq.k_stride = H * K;
+  seq.v = in.v + (t0 * HV + value_head) * V;
+  seq.o = o + (t0 * HV + value_head) * V;
+  seq.v_stride = seq.o_stride = HV * V;
+  if (in.g != nullptr) {
+    const int64_t per_head = spec.gate_kind() == GateKind::kVector ? K : 1;
+    seq.g = in.g + t0 * in.g_token_stride + value_head * per_head;
+    seq.g_stride = in.g_token_stride;
+  }
+  if (in.beta != nullptr) {
+    seq.beta = in.beta + t0 * HV + value_head;
+    seq.beta_stride = HV;
+  }
+
+  HeadRule rule;
+  rule.gate = spec.gate_kind();
+  rule.delta = spec.delta_rule();
+  rule.normalize = spec.normalize;
+  rule.normalize_eps = spec.normalize_eps;
+
+  // The layer's state: matrix [HV, K, V] then normalizer [HV, K], in the stored dtype.
+  const int64_t matrix_offset = value_head * K * V;
+  const int64_t normalizer_offset = HV * K * V + value_head * K;
+  void* block = run.states[session];
+  float* state;
+  float* normalizer = nullptr;
+  const bool bf16 = spec.state_dtype == DType::kBFloat16;
+  if (bf16) {
+    const uint16_t* stored = static_cast<const uint16_t*>(block);
+    state = scratch.head_state.data();
+    for (int64_t i = 0; i < K * V; ++i) state[i] = BFloat16ToFloat(stored[matrix_offset + i]);
+    if (spec.normalize) {
+      normalizer = state + K * V;
+      for (int64_t i = 0; i < K; ++i) {
+        normalizer[i] = BFloat16ToFloat(stored[normalizer_offset + i]);
+      }
+    }
+  } else {
+    state = static_cast<float*>(block) + matrix_offset;
+    if (spec.normalize) normalizer = static_cast<float*>(block) + normalizer_offset;
+  }
+
+  if (run.chunkwise) {
+    RunChunkwise(rule, seq, state, normalizer, &scratch.chunk);
+  } else {
+    RunRecurrent(rule, seq, state, normalizer);
+  }
+
+  if (bf16) {
+    uint16_t* stored = static_cast<uint16_t*>(block);
+    for (int64_t i = 0; i < K * V; ++i) stored[matrix_offset + i] = FloatToBFloat16(state[i]);
+    if (spec.normalize) {
+      for (int64_t i = 0; i < K; ++i) {
+        stored[normalizer_offset + i] = FloatToBFloat16(normalizer[i]);
+      }
+    }
+  }
+}
+
+absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  const int64_t tokens = run.num_tokens();
+  const int64_t HV = spec.num_value_heads;
+  const int64_t out_count = tokens * HV * spec.value_dim;
+  const bool direct_output = run.output->dtype == LUMEN_DTYPE_FLOAT32;
+  // Everything that allocates happens here, before any state changes, so that running out
+  // of memory leaves every session as it was.
+  try {
+    PrepareInputs(spec, *run.inputs, tokens, &prepared_);
+    if (!direct_output) output_scratch_.resize(out_count);
+    for (SlotScratch& scratch : scratch_) {
+      if (spec.state_dtype != DType::kFloat32) {
+        scratch.head_state.resize(spec.key_dim * spec.value_dim + spec.key_dim);
+      }
+      if (run.chunkwise) ReserveChunkWorkspace(spec.key_dim, spec.value_dim, &scratch.chunk);
+    }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory preparing a layer call");
+  }
+  float* o = direct_output ? static_cast<float*>(run.output->o) : output_scratch_.data();
+
+  pool_.ParallelFor(run.num_sessions() * HV, [&](int64_t task, int32_t slot) {
+    RunHead(spec, run, prepared_, o, static_cast<int32_t>(task / HV),
+            static_cast<int32_t>(task % HV), scratch_[slot]);
+  });
+
+  if (!direct_output) {
+    StoreFloats(output_scratch_.data(), out_count, static_cast<lumen_dtype>(run.output->dtype),
+                run.output->o);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lumen::cpu

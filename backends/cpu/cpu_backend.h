@@ -1,0 +1,50 @@
+#pragma once
+// The CPU backend: state in host memory, head kernels run on a thread pool across
+// sessions x value heads.
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backends/cpu/head_kernels.h"
+#include "backends/cpu/prepare_inputs.h"
+#include "src/backend.h"
+#include "src/thread_pool.h"
+
+namespace lumen::cpu {
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(int32_t num_threads);
+
+  lumen_backend kind() const override { return LUMEN_BACKEND_CPU; }
+  bool Accepts(lumen_memory memory) const override { return memory == LUMEN_MEMORY_HOST; }
+
+  absl::StatusOr<void*> AllocateState(int64_t bytes) override;
+  void FreeState(void* block) override;
+  absl::Status ZeroState(void* block, int64_t bytes) override;
+  absl::Status CopyState(void* dst, const void* src, int64_t bytes) override;
+  absl::Status StateToHost(void* host_dst, const void* src, int64_t bytes) override;
+  absl::Status StateFromHost(void* dst, const void* host_src, int64_t bytes) override;
+
+  absl::Status Run(const LayerSpec& spec, const LayerRun& run) override;
+
+ private:
+  // Scratch owned by one pool slot.
+  struct SlotScratch {
+    ChunkWorkspace chunk;
+    std::vector<float> head_state;  // [K * V + K] fp32 copy of a head stored as bf16
+  };
+
+  // Runs one value head of one session over its tokens.
+  void RunHead(const LayerSpec& spec, const LayerRun& run, const PreparedInputs& in,
+               float* o, int32_t session, int32_t value_head, SlotScratch& scratch);
+
+  ThreadPool pool_;
+  std::mutex run_mutex_;  // one layer call at a time owns the pool and the scratch
+  std::vector<SlotScratch> scratch_;  // [pool_.num_threads()]
+  PreparedInputs prepared_;
+  std::vector<float> output_scratch_;  // fp32 output when the caller wants 16-bit
+};
+
+}  // namespace lumen::cpu

@@ -1,0 +1,57 @@
+#pragma once
+// The math of one value head over a run of tokens, on prepared fp32 inputs.
+//
+// Every family reduces to two switches: how the state decays before a token's write
+// (GateKind) and whether the write is additive or the delta rule. The caller has already
+// applied feature maps, L2 norms, sigmoid(beta), the raw-gate transform and the scale
+// (folded into q), and materialised retention's fixed decay as a scalar log-gate.
+
+#include <cstdint>
+#include <vector>
+
+#include "src/layer_spec.h"
+
+namespace lumen::cpu {
+
+struct HeadRule {
+  GateKind gate = GateKind::kNone;
+  bool delta = false;       // delta rule: u = beta (v - S'^T k); S = S' + k u^T
+  bool normalize = false;   // linear_attn normalizer z; o = S^T q / (q . z + eps)
+  float normalize_eps = 1e-6f;
+};
+
+// Token t of the head reads q + t * q_stride, and so on. Strides are in floats.
+struct HeadSequence {
+  int32_t num_tokens = 0;
+  int32_t key_dim = 0;    // K
+  int32_t value_dim = 0;  // V
+  const float* q = nullptr;    int64_t q_stride = 0;     // [K] per token, scale folded in
+  const float* k = nullptr;    int64_t k_stride = 0;     // [K]
+  const float* v = nullptr;    int64_t v_stride = 0;     // [V]
+  const float* g = nullptr;    int64_t g_stride = 0;     // 1 or K log-decays per token, <= 0
+  const float* beta = nullptr; int64_t beta_stride = 0;  // 1 per token (delta rule)
+  float* o = nullptr;          int64_t o_stride = 0;     // [V] per token, written
+};
+
+// Scratch for the chunkwise form; reused across calls by one thread.
+struct ChunkWorkspace {
+  std::vector<float> buffer;
+};
+
+// Largest number of tokens in one chunk of the chunkwise form.
+inline constexpr int32_t kChunkSize = 64;
+
+// Sizes the workspace for heads of these dims, so that RunChunkwise never allocates (a call
+// that cannot get memory must fail before it changes any state).
+void ReserveChunkWorkspace(int32_t key_dim, int32_t value_dim, ChunkWorkspace* workspace);
+
+// Runs the tokens one at a time. state: [K, V]; normalizer: [K] or nullptr.
+void RunRecurrent(const HeadRule& rule, const HeadSequence& seq, float* state,
+                  float* normalizer);
+
+// Runs the tokens in chunks of at most kChunkSize with chunk-local C x C products and, for
+// the delta rule, the UT (WY) triangular solve. Agrees with RunRecurrent to SPEC's bounds.
+void RunChunkwise(const HeadRule& rule, const HeadSequence& seq, float* state,
+                  float* normalizer, ChunkWorkspace* workspace);
+
+}  // namespace lumen::cpu

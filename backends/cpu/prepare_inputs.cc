@@ -1,0 +1,153 @@
+#include "backends/cpu/prepare_inputs.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "src/dtype_convert.h"
+
+namespace lumen::cpu {
+namespace {
+
+// Reads count elements of `dtype` as fp32 into out.
+void LoadFloats(const void* src, int64_t count, int32_t dtype, std::vector<float>* out) {
+  out->resize(count);
+  float* dst = out->data();
+  switch (dtype) {
+    case LUMEN_DTYPE_FLOAT32:
+      std::copy_n(static_cast<const float*>(src), count, dst);
+      break;
+    case LUMEN_DTYPE_BFLOAT16:
+      for (int64_t i = 0; i < count; ++i) {
+        dst[i] = BFloat16ToFloat(static_cast<const uint16_t*>(src)[i]);
+      }
+      break;
+    default:
+      for (int64_t i = 0; i < count; ++i) {
+        dst[i] = Float16ToFloat(static_cast<const uint16_t*>(src)[i]);
+      }
+      break;
+  }
+}
+
+// fp32 view of an input: in place when it is already fp32, else converted into storage.
+const float* AsFloats(const void* src, int64_t count, int32_t dtype,
+                      std::vector<float>* storage) {
+  if (dtype == LUMEN_DTYPE_FLOAT32) return static_cast<const float*>(src);
+  LoadFloats(src, count, dtype, storage);
+  return storage->data();
+}
+
+float FeatureMapValue(FeatureMap map, float x) {
+  switch (map) {
+    case FeatureMap::kElu1: return x > 0.0f ? x + 1.0f : std::exp(x);
+    case FeatureMap::kRelu: return x > 0.0f ? x : 0.0f;
+    default: return x;
+  }
+}
+
+// q or k: l2norm (optional), then the feature map, then the scale, per row of K.
+const float* PrepareQueryOrKey(const LayerSpec& spec, const void* src, int64_t tokens,
+                               int32_t dtype, float scale, std::vector<float>* storage) {
+  const int64_t count = tokens * spec.num_heads * spec.key_dim;
+  const bool transforms = spec.qk_l2norm || spec.feature_map != FeatureMap::kIdentity ||
+                          scale != 1.0f;
+  if (!transforms) return AsFloats(src, count, dtype, storage);
+  LoadFloats(src, count, dtype, storage);
+  const int64_t dim = spec.key_dim;
+  for (float* row = storage->data(); row < storage->data() + count; row += dim) {
+    float factor = scale;
+    if (spec.qk_l2norm) {
+      float sum = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) sum += row[i] * row[i];
+      factor /= std::sqrt(sum + 1e-6f);
+    }
+    if (spec.feature_map == FeatureMap::kIdentity) {
+      for (int64_t i = 0; i < dim; ++i) row[i] *= factor;
+    } else {
+      // The feature map sees the normalised value; the scale multiplies its result.
+      const float norm = spec.qk_l2norm ? factor / scale : 1.0f;
+      for (int64_t i = 0; i < dim; ++i) {
+        row[i] = FeatureMapValue(spec.feature_map, row[i] * norm) * scale;
+      }
+    }
+  }
+  return storage->data();
+}
+
+float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+}  // namespace
+
+void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int64_t tokens,
+                   PreparedInputs* out) {
+  const int32_t dtype = inputs.dtype;
+  out->q = PrepareQueryOrKey(spec, inputs.q, tokens, dtype, spec.scale, &out->q_storage);
+  out->k = PrepareQueryOrKey(spec, inputs.k, tokens, dtype, 1.0f, &out->k_storage);
+  out->v = AsFloats(inputs.v, tokens * spec.num_value_heads * spec.value_dim, dtype,
+                    &out->v_storage);
+
+  const int64_t heads = spec.num_value_heads;
+  if (spec.family == Family::kRetention) {
+    out->g_storage.resize(heads);
+    for (int64_t h = 0; h < heads; ++h) out->g_storage[h] = std::log(spec.decay[h]);
+    out->g = out->g_storage.data();
+    out->g_token_stride = 0;
+  } else if (spec.needs_g_input()) {
+    const int64_t per_token = spec.g_per_token();
+    out->g_token_stride = per_token;
+    if (spec.gate_raw) {
+      LoadFloats(inputs.g, tokens * per_token, dtype, &out->g_storage);
+      const int64_t per_head = per_token / heads;  // 1 (scalar gate) or K (vector gate)
+      const int64_t bias_per_head = static_cast<int64_t>(spec.dt_bias.size()) / heads;
+      for (int64_t t = 0; t < tokens; ++t) {
+        float* g = out->g_storage.data() + t * per_token;
+        for (int64_t h = 0; h < heads; ++h) {
+          const float a = -std::exp(spec.a_log[h]);
+          for (int64_t i = 0; i < per_head; ++i) {
+            const float bias = spec.dt_bias[h * bias_per_head + (bias_per_head == 1 ? 0 : i)];
+            g[h * per_head + i] = a * Softplus(g[h * per_head + i] + bias);
+          }
+        }
+      }
+      out->g = out->g_storage.data();
+    } else {
+      out->g = AsFloats(inputs.g, tokens * per_token, dtype, &out->g_storage);
+    }
+  } else {
+    out->g = nullptr;
+    out->g_token_stride = 0;
+  }
+
+  if (spec.delta_rule()) {
+    const int64_t count = tokens * heads;
+    if (spec.beta_sigmoid) {
+      LoadFloats(inputs.beta, count, dtype, &out->beta_storage);
+      for (float& b : out->beta_storage) b = 1.0f / (1.0f + std::exp(-b));
+      out->beta = out->beta_storage.data();
+    } else {
+      out->beta = AsFloats(inputs.beta, count, dtype, &out->beta_storage);
+    }
+  } else {
+    out->beta = nullptr;
+  }
+}
+
+void StoreFloats(const float* src, int64_t count, lumen_dtype dtype, void* dst) {
+  switch (dtype) {
+    case LUMEN_DTYPE_FLOAT32:
+      std::copy_n(src, count, static_cast<float*>(dst));
+      break;
+    case LUMEN_DTYPE_BFLOAT16:
+      for (int64_t i = 0; i < count; ++i) {
+        static_cast<uint16_t*>(dst)[i] = FloatToBFloat16(src[i]);
+      }
+      break;
+    default:
+      for (int64_t i = 0; i < count; ++i) {
+        static_cast<uint16_t*>(dst)[i] = FloatToFloat16(src[i]);
+      }
+      break;
+  }
+}
+
+}  // namespace lumen::cpu

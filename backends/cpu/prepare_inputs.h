@@ -1,0 +1,31 @@
+#pragma once
+// Turns a call's raw inputs into what the head kernels read: fp32, with the layer's
+// in-layer options applied (qk_l2norm, feature map, scale, sigmoid(beta), raw gates).
+
+#include <cstdint>
+#include <vector>
+
+#include "lumen/lumen.h"
+#include "src/layer_spec.h"
+
+namespace lumen::cpu {
+
+struct PreparedInputs {
+  const float* q = nullptr;     // [T, H, K]  phi(l2norm(q)) * scale
+  const float* k = nullptr;     // [T, H, K]  phi(l2norm(k))
+  const float* v = nullptr;     // [T, HV, V]
+  const float* g = nullptr;     // [T, HV] or [T, HV, K] log-decays; retention: [HV]
+  int64_t g_token_stride = 0;   // 0 for retention's fixed per-head decay
+  const float* beta = nullptr;  // [T, HV] in [0, 1], or nullptr
+
+  // Storage for whatever had to be converted; unconverted fp32 inputs are used in place.
+  std::vector<float> q_storage, k_storage, v_storage, g_storage, beta_storage;
+};
+
+void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int64_t tokens,
+                   PreparedInputs* out);
+
+// Writes src[0..count) as `dtype` into dst.
+void StoreFloats(const float* src, int64_t count, lumen_dtype dtype, void* dst);
+
+}  // namespace lumen::cpu

@@ -1,0 +1,404 @@
+/*
+ * lumen: sessions for the recurrent state of linear-attention layers.
+ *
+ * This is the library's only public header and its stable C ABI (C99).
+ *
+ * Objects
+ *   lumen_model_builder  collects the description of a model, layer by layer.
+ *   lumen_model          an immutable, validated list of layers (reference counted).
+ *   lumen_engine         a model bound to a backend (CPU now; CUDA and ROCm later) and its
+ *                        worker threads; it runs every step and prefill.
+ *   lumen_session        the fixed-size state of every layer of the model for one
+ *                        conversation, plus how many tokens each layer has consumed.
+ *
+ * Conventions
+ *   - Every fallible call returns lumen_status; on failure lumen_last_error_message() holds a
+ *     message for the calling thread, and no object was changed.
+ *   - Results come back through trailing out-pointers, written only on success.
+ *   - Handles are reference counted internally: a session keeps its engine and model alive, an
+ *     engine keeps its model alive, so *_destroy may be called in any order. *_destroy(NULL) is
+ *     a no-op.
+ *   - Options structs start with struct_size and are filled by their *_options_init(); new
+ *     fields are only ever added at the end.
+ *   - Element counts are int64_t and count elements of the buffer's dtype, not bytes.
+ *   - Memory: unless a call says otherwise, every pointer is host memory. Input and output
+ *     structs carry a `memory` field so that GPU backends can take device pointers without an
+ *     ABI change; the CPU backend accepts LUMEN_MEMORY_HOST only.
+ *   - Thread safety: models are immutable and may be shared freely. An engine may be called
+ *     from several threads at once. A session must not be used by two calls at the same time.
+ *
+ * Shapes (one session, one layer; row-major, innermost last; see docs/ and the SPEC):
+ *   q, k   [T, H, K]      v, o   [T, HV, V]      beta [T, HV]
+ *   g      [T, HV] for a scalar gate (ssd, gated_delta_net), [T, HV, K] for a vector gate
+ *          (gla, kda); natural-log decay, g <= 0 (raw pre-activations when gate_raw is on).
+ *   state  [HV, K, V] fp32 (canonical layout); normalizer [HV, K] fp32.
+ */
+#ifndef LUMEN_LUMEN_H_
+#define LUMEN_LUMEN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32) && !defined(LUMEN_STATIC)
+#if defined(LUMEN_BUILDING)
+#define LUMEN_API __declspec(dllexport)
+#else
+#define LUMEN_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__)
+#define LUMEN_API __attribute__((visibility("default")))
+#else
+#define LUMEN_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version. Same major version = ABI compatible. */
+#define LUMEN_VERSION_MAJOR 0
+#define LUMEN_VERSION_MINOR 1
+#define LUMEN_VERSION_PATCH 0
+
+/** Returns MAJOR * 10000 + MINOR * 100 + PATCH of the loaded library. Thread-safe. */
+LUMEN_API int32_t lumen_version_number(void);
+
+/** Returns the loaded library's version as "MAJOR.MINOR.PATCH" (static storage). Thread-safe. */
+LUMEN_API const char* lumen_version_string(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Status                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Result of every fallible call. Values are fixed forever; new codes are appended. */
+typedef enum lumen_status {
+  LUMEN_OK = 0,
+  /** An argument is NULL, out of range, inconsistent, or a buffer has the wrong size. */
+  LUMEN_ERROR_INVALID_ARGUMENT = 1,
+  /** A layer index is outside the model. */
+  LUMEN_ERROR_OUT_OF_RANGE = 2,
+  /** A session belongs to another engine or model than the call needs. */
+  LUMEN_ERROR_MODEL_MISMATCH = 3,
+  /** Memory could not be allocated. */
+  LUMEN_ERROR_OUT_OF_MEMORY = 4,
+  /** The request is valid but this build or backend cannot do it (e.g. CUDA not built). */
+  LUMEN_ERROR_UNSUPPORTED = 5,
+  /** The backend (a device runtime) failed. */
+  LUMEN_ERROR_BACKEND = 6,
+  /** A bug in lumen: please report it with the message. */
+  LUMEN_ERROR_INTERNAL = 7
+} lumen_status;
+
+/** Returns a static, human-readable name for a status ("LUMEN_OK", ...); never NULL. */
+LUMEN_API const char* lumen_status_string(lumen_status status);
+
+/**
+ * Returns the message of the last failed call made by the calling thread, or "" if none.
+ * The string is owned by lumen and stays valid until the thread's next lumen call.
+ */
+LUMEN_API const char* lumen_last_error_message(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Enumerations                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Layer families; see README.md for each update rule. */
+typedef enum lumen_family {
+  LUMEN_FAMILY_LINEAR_ATTN = 1,     /* S += phi(k) v^T */
+  LUMEN_FAMILY_RETENTION = 2,       /* S = gamma_h S + k v^T */
+  LUMEN_FAMILY_SSD = 3,             /* S = exp(g) S + k v^T  (Mamba-2) */
+  LUMEN_FAMILY_GLA = 4,             /* S = Diag(exp(g)) S + k v^T */
+  LUMEN_FAMILY_DELTA_NET = 5,       /* delta rule */
+  LUMEN_FAMILY_GATED_DELTA_NET = 6, /* scalar gate, then delta rule (Qwen3-Next) */
+  LUMEN_FAMILY_KDA = 7              /* per-channel gate, then delta rule (Kimi Linear) */
+} lumen_family;
+
+/** Feature map phi applied to q and k by linear_attn. */
+typedef enum lumen_feature_map {
+  LUMEN_FEATURE_MAP_IDENTITY = 0,
+  LUMEN_FEATURE_MAP_ELU1 = 1, /* elu(x) + 1 */
+  LUMEN_FEATURE_MAP_RELU = 2
+} lumen_feature_map;
+
+/** Element types of inputs, outputs and stored state. */
+typedef enum lumen_dtype {
+  LUMEN_DTYPE_FLOAT32 = 0,
+  LUMEN_DTYPE_BFLOAT16 = 1,
+  LUMEN_DTYPE_FLOAT16 = 2
+} lumen_dtype;
+
+/** Which memory a buffer lives in. */
+typedef enum lumen_memory {
+  LUMEN_MEMORY_HOST = 0,
+  LUMEN_MEMORY_DEVICE = 1 /* memory of the engine's device (GPU backends) */
+} lumen_memory;
+
+/** Backends an engine can run on. */
+typedef enum lumen_backend {
+  LUMEN_BACKEND_AUTO = 0, /* the best backend built and present; the CPU otherwise */
+  LUMEN_BACKEND_CPU = 1,
+  LUMEN_BACKEND_CUDA = 2,
+  LUMEN_BACKEND_ROCM = 3
+} lumen_backend;
+
+/** Per-layer parameter arrays a family may need (see lumen_model_builder_set_param). */
+typedef enum lumen_param {
+  /** [HV]: gated_delta_net and kda with gate_raw; g = -exp(A_log[h]) * softplus(g + dt_bias). */
+  LUMEN_PARAM_A_LOG = 0,
+  /** [HV] for gated_delta_net, [HV * K] for kda; needed with gate_raw. */
+  LUMEN_PARAM_DT_BIAS = 1,
+  /** [HV]: retention decays gamma_h in (0, 1); default 1 - 2^(-5-h). */
+  LUMEN_PARAM_DECAY = 2
+} lumen_param;
+
+/** The parts of a layer's state. */
+typedef enum lumen_state_part {
+  LUMEN_STATE_MATRIX = 0,    /* S, [HV, K, V] */
+  LUMEN_STATE_NORMALIZER = 1 /* z, [HV, K]; linear_attn with normalize only */
+} lumen_state_part;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Model                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct lumen_model_builder lumen_model_builder;
+typedef struct lumen_model lumen_model;
+
+/** Description of one layer. Fill with lumen_layer_options_init, then set what you need. */
+typedef struct lumen_layer_options {
+  uint32_t struct_size;   /* sizeof(lumen_layer_options); set by init */
+  int32_t family;         /* lumen_family; required */
+  int32_t num_heads;      /* H, query/key heads; required, > 0 */
+  int32_t num_value_heads;/* HV, value heads; 0 means H; HV % H == 0 */
+  int32_t key_dim;        /* K; required, > 0 */
+  int32_t value_dim;      /* V; required, > 0 */
+  float scale;            /* multiplies q; 0 means the default K^-0.5 */
+  int32_t feature_map;    /* lumen_feature_map; linear_attn only */
+  int32_t normalize;      /* 0/1; linear_attn only: keep z and divide by q.z + eps */
+  float normalize_eps;    /* eps of normalize; 0 means 1e-6 */
+  int32_t qk_l2norm;      /* 0/1: L2-normalise q and k inside the layer */
+  int32_t beta_sigmoid;   /* 0/1: beta arrives as a logit (delta family) */
+  int32_t gate_raw;       /* 0/1: g arrives raw; needs A_log and dt_bias (gated_delta_net, kda) */
+  int32_t state_dtype;    /* lumen_dtype of the stored state: FLOAT32 (default) or BFLOAT16 */
+} lumen_layer_options;
+
+/** Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32). */
+LUMEN_API void lumen_layer_options_init(lumen_layer_options* options);
+
+/**
+ * Creates an empty model builder. The caller owns *out and frees it with
+ * lumen_model_builder_destroy. Returns LUMEN_ERROR_INVALID_ARGUMENT if out is NULL.
+ * Builders are not thread-safe.
+ */
+LUMEN_API lumen_status lumen_model_builder_create(lumen_model_builder** out);
+
+/** Frees a builder (models built from it stay valid). NULL is a no-op. */
+LUMEN_API void lumen_model_builder_destroy(lumen_model_builder* builder);
+
+/**
+ * Appends a layer. The options are validated now (family, dims, HV % H, options that the
+ * family does not take); on success the new layer's index is written to *out_layer if it is
+ * not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming the problem.
+ */
+LUMEN_API lumen_status lumen_model_builder_add_layer(lumen_model_builder* builder,
+                                                     const lumen_layer_options* options,
+                                                     int32_t* out_layer);
+
+/**
+ * Sets parameter `param` of layer `layer` to a copy of values[0..count). count must be the
+ * parameter's size (see lumen_param). Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer index
+ * and LUMEN_ERROR_INVALID_ARGUMENT for a parameter the layer does not take, a wrong count or
+ * values that are not finite (decays must lie in (0, 1)).
+ */
+LUMEN_API lumen_status lumen_model_builder_set_param(lumen_model_builder* builder, int32_t layer,
+                                                     lumen_param param, const float* values,
+                                                     int64_t count);
+
+/**
+ * Builds an immutable model from the builder's layers, checking that every layer has the
+ * parameters it needs and that there is at least one layer. The caller owns *out (free with
+ * lumen_model_destroy). The builder is left unchanged and may build again.
+ */
+LUMEN_API lumen_status lumen_model_builder_build(const lumen_model_builder* builder,
+                                                 lumen_model** out);
+
+/** Releases the caller's reference; engines and sessions keep their own. NULL is a no-op. */
+LUMEN_API void lumen_model_destroy(lumen_model* model);
+
+/** Writes the number of layers to *out. Thread-safe. */
+LUMEN_API lumen_status lumen_model_num_layers(const lumen_model* model, int32_t* out);
+
+/** Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out. */
+LUMEN_API lumen_status lumen_model_layer_options(const lumen_model* model, int32_t layer,
+                                                 lumen_layer_options* out);
+
+/**
+ * Writes the element count of one part of layer `layer`'s state in the canonical fp32 layout
+ * (HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer keeps none).
+ */
+LUMEN_API lumen_status lumen_model_state_count(const lumen_model* model, int32_t layer,
+                                               lumen_state_part part, int64_t* out);
+
+/**
+ * Writes the bytes a session keeps for layer `layer` (in its stored dtype), or for the whole
+ * model if layer is -1. Independent of how many tokens the session has consumed.
+ */
+LUMEN_API lumen_status lumen_model_state_bytes(const lumen_model* model, int32_t layer,
+                                               int64_t* out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Engine                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct lumen_engine lumen_engine;
+
+/** Engine settings. Fill with lumen_engine_options_init. */
+typedef struct lumen_engine_options {
+  uint32_t struct_size; /* sizeof(lumen_engine_options); set by init */
+  int32_t backend;      /* lumen_backend; default AUTO */
+  int32_t num_threads;  /* CPU worker threads including the caller; 0 = all cores */
+  int32_t device;       /* GPU ordinal for GPU backends; default 0 */
+} lumen_engine_options;
+
+/** Fills *options with defaults. */
+LUMEN_API void lumen_engine_options_init(lumen_engine_options* options);
+
+/**
+ * Creates an engine that runs `model` on the chosen backend. options may be NULL (defaults).
+ * The engine keeps a reference to the model. Returns LUMEN_ERROR_UNSUPPORTED when the backend
+ * was not built or no device is present. Free with lumen_engine_destroy.
+ */
+LUMEN_API lumen_status lumen_engine_create(const lumen_model* model,
+                                           const lumen_engine_options* options,
+                                           lumen_engine** out);
+
+/** Releases the caller's reference; sessions keep their own. NULL is a no-op. */
+LUMEN_API void lumen_engine_destroy(lumen_engine* engine);
+
+/** Writes the backend actually used (never AUTO) to *out. */
+LUMEN_API lumen_status lumen_engine_backend(const lumen_engine* engine, lumen_backend* out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sessions                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct lumen_session lumen_session;
+
+/**
+ * Creates a session of the engine's model with every state zero and every token count 0.
+ * The session keeps a reference to the engine. Free with lumen_session_destroy.
+ */
+LUMEN_API lumen_status lumen_session_create(lumen_engine* engine, lumen_session** out);
+
+/** Frees a session and its state. NULL is a no-op. */
+LUMEN_API void lumen_session_destroy(lumen_session* session);
+
+/** Creates *out as a deep copy of `session` (state and token counts) on the same engine. */
+LUMEN_API lumen_status lumen_session_fork(const lumen_session* session, lumen_session** out);
+
+/** Sets every state to zero and every token count to 0. */
+LUMEN_API lumen_status lumen_session_reset(lumen_session* session);
+
+/** Writes how many tokens layer `layer` of the session has consumed to *out. */
+LUMEN_API lumen_status lumen_session_tokens(const lumen_session* session, int32_t layer,
+                                            int64_t* out);
+
+/**
+ * Copies one part of layer `layer`'s state into out[0..count), fp32, canonical layout
+ * ([HV, K, V] or [HV, K]). count must equal lumen_model_state_count. Host memory.
+ */
+LUMEN_API lumen_status lumen_session_read_state(const lumen_session* session, int32_t layer,
+                                                lumen_state_part part, float* out, int64_t count);
+
+/**
+ * Overwrites one part of layer `layer`'s state from values[0..count) (fp32, canonical layout;
+ * e.g. a state exported from flash-linear-attention). Rounds to the stored dtype. The token
+ * count is unchanged. Rejects non-finite values. Host memory.
+ */
+LUMEN_API lumen_status lumen_session_write_state(lumen_session* session, int32_t layer,
+                                                 lumen_state_part part, const float* values,
+                                                 int64_t count);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Running layers                                                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+/**
+ * The per-token inputs of one layer call. Fill with lumen_layer_inputs_init. Each pointer
+ * comes with its element count, checked against the call's shape. g is needed by ssd, gla,
+ * gated_delta_net and kda; beta by the delta family; pass NULL and 0 otherwise.
+ * Buffers are only read during the call.
+ */
+typedef struct lumen_layer_inputs {
+  uint32_t struct_size; /* set by init */
+  int32_t dtype;        /* lumen_dtype of q, k, v, g, beta; default FLOAT32 */
+  int32_t memory;       /* lumen_memory of every buffer; default HOST */
+  const void* q;    int64_t q_count;    /* [T, H, K] */
+  const void* k;    int64_t k_count;    /* [T, H, K] */
+  const void* v;    int64_t v_count;    /* [T, HV, V] */
+  const void* g;    int64_t g_count;    /* [T, HV] or [T, HV, K] */
+  const void* beta; int64_t beta_count; /* [T, HV] */
+} lumen_layer_inputs;
+
+/** Fills *inputs with defaults (no buffers, FLOAT32, HOST). */
+LUMEN_API void lumen_layer_inputs_init(lumen_layer_inputs* inputs);
+
+/** Where a layer call writes its output o, [T, HV, V]. Fill with lumen_layer_output_init. */
+typedef struct lumen_layer_output {
+  uint32_t struct_size; /* set by init */
+  int32_t dtype;        /* lumen_dtype of o; default FLOAT32 */
+  int32_t memory;       /* lumen_memory of o; default HOST */
+  void* o;              /* written only on success */
+  int64_t o_count;
+} lumen_layer_output;
+
+/** Fills *output with defaults (no buffer, FLOAT32, HOST). */
+LUMEN_API void lumen_layer_output_init(lumen_layer_output* output);
+
+/**
+ * Advances layer `layer` of one session by one token (T = 1) in the recurrent form.
+ * Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer and LUMEN_ERROR_INVALID_ARGUMENT for
+ * missing or wrongly sized buffers; the session is unchanged on any error.
+ */
+LUMEN_API lumen_status lumen_session_step(lumen_session* session, int32_t layer,
+                                          const lumen_layer_inputs* inputs,
+                                          lumen_layer_output* output);
+
+/**
+ * Advances layer `layer` of one session by num_tokens tokens (T = num_tokens >= 1) in the
+ * chunkwise form. Equal, within SPEC's bounds, to num_tokens steps, whatever the split of a
+ * sequence into prefill calls. The session is unchanged on any error.
+ */
+LUMEN_API lumen_status lumen_session_prefill(lumen_session* session, int32_t layer,
+                                             int32_t num_tokens,
+                                             const lumen_layer_inputs* inputs,
+                                             lumen_layer_output* output);
+
+/**
+ * Advances layer `layer` of n distinct sessions of this engine by one token each, in one
+ * call. Inputs and output stack a leading n: q [n, H, K], ..., o [n, HV, V]. Returns
+ * LUMEN_ERROR_MODEL_MISMATCH if a session belongs to another engine and
+ * LUMEN_ERROR_INVALID_ARGUMENT if a session appears twice; no session changes on any error.
+ */
+LUMEN_API lumen_status lumen_engine_step_batch(lumen_engine* engine, int32_t layer,
+                                               lumen_session* const* sessions, int32_t n,
+                                               const lumen_layer_inputs* inputs,
+                                               lumen_layer_output* output);
+
+/**
+ * Advances layer `layer` of n distinct sessions by variable numbers of tokens in one call.
+ * Session i consumes tokens cu_seqlens[i] .. cu_seqlens[i+1] of the concatenated inputs
+ * (cu_seqlens has n + 1 entries, starts at 0, never decreases; host memory). A session may
+ * get 0 tokens. Same errors and guarantees as lumen_engine_step_batch.
+ */
+LUMEN_API lumen_status lumen_engine_prefill_varlen(lumen_engine* engine, int32_t layer,
+                                                   lumen_session* const* sessions, int32_t n,
+                                                   const int32_t* cu_seqlens,
+                                                   const lumen_layer_inputs* inputs,
+                                                   lumen_layer_output* output);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* LUMEN_LUMEN_H_ */

@@ -1,0 +1,101 @@
+// C entry points for engines and the batched layer calls.
+
+#include "absl/strings/str_cat.h"
+#include "capi/src/capi_util.h"
+
+using lumen::capi::Fail;
+using lumen::capi::FromStatus;
+using lumen::capi::Guard;
+using lumen::capi::Ok;
+
+namespace {
+
+// The C++ session pointers of a C array of handles (NULL entries stay NULL for the engine to
+// report by index).
+std::vector<lumen::Session*> Unwrap(lumen_session* const* sessions, int32_t n) {
+  std::vector<lumen::Session*> out(n, nullptr);
+  for (int32_t i = 0; i < n; ++i) {
+    if (sessions[i] != nullptr) out[i] = sessions[i]->session.get();
+  }
+  return out;
+}
+
+lumen_status CheckBatch(lumen_session* const* sessions, int32_t n,
+                        const lumen_layer_inputs* inputs, lumen_layer_output* output) {
+  if (n < 0) return Fail(LUMEN_ERROR_INVALID_ARGUMENT, absl::StrCat("n is ", n, ", must be >= 0"));
+  if (n > 0 && sessions == nullptr) return Fail(LUMEN_ERROR_INVALID_ARGUMENT, "sessions is NULL");
+  if (inputs == nullptr) return Fail(LUMEN_ERROR_INVALID_ARGUMENT, "inputs is NULL");
+  if (output == nullptr) return Fail(LUMEN_ERROR_INVALID_ARGUMENT, "output is NULL");
+  return LUMEN_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+void lumen_engine_options_init(lumen_engine_options* options) {
+  if (options == nullptr) return;
+  *options = lumen_engine_options{};
+  options->struct_size = sizeof(lumen_engine_options);
+  options->backend = LUMEN_BACKEND_AUTO;
+}
+
+lumen_status lumen_engine_create(const lumen_model* model, const lumen_engine_options* options,
+                                 lumen_engine** out) {
+  LUMEN_REQUIRE_NOT_NULL(model);
+  LUMEN_REQUIRE_NOT_NULL(out);
+  lumen_engine_options resolved;
+  lumen_engine_options_init(&resolved);
+  if (options != nullptr) {
+    if (options->struct_size < sizeof(lumen_engine_options)) {
+      return Fail(LUMEN_ERROR_INVALID_ARGUMENT,
+                  "lumen_engine_options.struct_size is too small: fill it with "
+                  "lumen_engine_options_init");
+    }
+    resolved = *options;
+  }
+  return Guard([&] {
+    absl::StatusOr<std::shared_ptr<lumen::Engine>> engine =
+        lumen::Engine::Create(model->model, resolved);
+    if (!engine.ok()) return FromStatus(engine.status());
+    *out = new lumen_engine{*std::move(engine)};
+    return Ok();
+  });
+}
+
+void lumen_engine_destroy(lumen_engine* engine) { delete engine; }
+
+lumen_status lumen_engine_backend(const lumen_engine* engine, lumen_backend* out) {
+  LUMEN_REQUIRE_NOT_NULL(engine);
+  LUMEN_REQUIRE_NOT_NULL(out);
+  *out = engine->engine->backend().kind();
+  return Ok();
+}
+
+lumen_status lumen_engine_step_batch(lumen_engine* engine, int32_t layer,
+                                     lumen_session* const* sessions, int32_t n,
+                                     const lumen_layer_inputs* inputs,
+                                     lumen_layer_output* output) {
+  LUMEN_REQUIRE_NOT_NULL(engine);
+  if (lumen_status s = CheckBatch(sessions, n, inputs, output); s != LUMEN_OK) return s;
+  return Guard([&] {
+    return FromStatus(engine->engine->Step(layer, Unwrap(sessions, n), *inputs, *output));
+  });
+}
+
+lumen_status lumen_engine_prefill_varlen(lumen_engine* engine, int32_t layer,
+                                         lumen_session* const* sessions, int32_t n,
+                                         const int32_t* cu_seqlens,
+                                         const lumen_layer_inputs* inputs,
+                                         lumen_layer_output* output) {
+  LUMEN_REQUIRE_NOT_NULL(engine);
+  LUMEN_REQUIRE_NOT_NULL(cu_seqlens);
+  if (lumen_status s = CheckBatch(sessions, n, inputs, output); s != LUMEN_OK) return s;
+  return Guard([&] {
+    return FromStatus(engine->engine->Prefill(layer, Unwrap(sessions, n),
+                                              absl::MakeConstSpan(cu_seqlens, n + 1), *inputs,
+                                              *output));
+  });
+}
+
+}  // extern "C"

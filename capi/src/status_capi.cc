@@ -1,0 +1,77 @@
+// Versions, status strings and the thread-local error message.
+
+#include <string>
+
+#include "capi/src/capi_util.h"
+
+namespace lumen::capi {
+namespace {
+
+std::string& LastMessage() {
+  thread_local std::string message;
+  return message;
+}
+
+lumen_status CodeOf(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk: return LUMEN_OK;
+    case absl::StatusCode::kInvalidArgument: return LUMEN_ERROR_INVALID_ARGUMENT;
+    case absl::StatusCode::kOutOfRange: return LUMEN_ERROR_OUT_OF_RANGE;
+    case absl::StatusCode::kFailedPrecondition: return LUMEN_ERROR_MODEL_MISMATCH;
+    case absl::StatusCode::kResourceExhausted: return LUMEN_ERROR_OUT_OF_MEMORY;
+    case absl::StatusCode::kUnimplemented: return LUMEN_ERROR_UNSUPPORTED;
+    case absl::StatusCode::kUnavailable: return LUMEN_ERROR_BACKEND;
+    default: return LUMEN_ERROR_INTERNAL;
+  }
+}
+
+}  // namespace
+
+lumen_status Fail(lumen_status status, absl::string_view message) {
+  LastMessage().assign(message.data(), message.size());
+  return status;
+}
+
+lumen_status FromStatus(const absl::Status& status) {
+  if (status.ok()) return Ok();
+  return Fail(CodeOf(status.code()), status.message());
+}
+
+lumen_status Ok() {
+  LastMessage().clear();
+  return LUMEN_OK;
+}
+
+}  // namespace lumen::capi
+
+extern "C" {
+
+int32_t lumen_version_number(void) {
+  return LUMEN_VERSION_MAJOR * 10000 + LUMEN_VERSION_MINOR * 100 + LUMEN_VERSION_PATCH;
+}
+
+#define LUMEN_STRINGIFY_(x) #x
+#define LUMEN_STRINGIFY(x) LUMEN_STRINGIFY_(x)
+
+const char* lumen_version_string(void) {
+  return LUMEN_STRINGIFY(LUMEN_VERSION_MAJOR) "." LUMEN_STRINGIFY(
+      LUMEN_VERSION_MINOR) "." LUMEN_STRINGIFY(LUMEN_VERSION_PATCH);
+}
+
+const char* lumen_status_string(lumen_status status) {
+  switch (status) {
+    case LUMEN_OK: return "LUMEN_OK";
+    case LUMEN_ERROR_INVALID_ARGUMENT: return "LUMEN_ERROR_INVALID_ARGUMENT";
+    case LUMEN_ERROR_OUT_OF_RANGE: return "LUMEN_ERROR_OUT_OF_RANGE";
+    case LUMEN_ERROR_MODEL_MISMATCH: return "LUMEN_ERROR_MODEL_MISMATCH";
+    case LUMEN_ERROR_OUT_OF_MEMORY: return "LUMEN_ERROR_OUT_OF_MEMORY";
+    case LUMEN_ERROR_UNSUPPORTED: return "LUMEN_ERROR_UNSUPPORTED";
+    case LUMEN_ERROR_BACKEND: return "LUMEN_ERROR_BACKEND";
+    case LUMEN_ERROR_INTERNAL: return "LUMEN_ERROR_INTERNAL";
+  }
+  return "LUMEN_ERROR_UNKNOWN_STATUS";
+}
+
+const char* lumen_last_error_message(void) { return lumen::capi::LastMessage().c_str(); }
+
+}  // extern "C"

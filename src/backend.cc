@@ -1,0 +1,32 @@
+#include "src/backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "backends/cpu/cpu_backend.h"
+
+namespace lumen {
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const lumen_engine_options& options) {
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_threads is ", options.num_threads, ", must be >= 0 (0 = all cores)"));
+  }
+  switch (options.backend) {
+    case LUMEN_BACKEND_AUTO:
+    case LUMEN_BACKEND_CPU:
+      try {
+        return std::unique_ptr<Backend>(new cpu::CpuBackend(options.num_threads));
+      } catch (const std::exception& e) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("cannot start the CPU backend's threads: ", e.what()));
+      }
+    case LUMEN_BACKEND_CUDA:
+      return absl::UnimplementedError("this build of lumen has no CUDA backend");
+    case LUMEN_BACKEND_ROCM:
+      return absl::UnimplementedError("this build of lumen has no ROCm backend");
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown backend ", options.backend, " (expected a lumen_backend value)"));
+  }
+}
+
+}  // namespace lumen

@@ -1,0 +1,52 @@
+#pragma once
+// The interface every backend implements: state memory and running a layer.
+// Never includes a device runtime header; backends live under backends/.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lumen/lumen.h"
+#include "src/layer_spec.h"
+
+namespace lumen {
+
+// One layer call, already validated by the engine: shapes, counts, dtypes and sessions.
+struct LayerRun {
+  bool chunkwise = false;               // prefill (chunkwise) or step (recurrent)
+  std::vector<void*> states;            // per session: the layer's state in backend memory
+  std::vector<int32_t> cu_seqlens;      // [num_sessions + 1] token offsets into the inputs
+  const lumen_layer_inputs* inputs = nullptr;
+  lumen_layer_output* output = nullptr;
+
+  int32_t num_sessions() const { return static_cast<int32_t>(states.size()); }
+  int64_t num_tokens() const { return cu_seqlens.back(); }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual lumen_backend kind() const = 0;
+  // Whether input and output buffers may live in `memory`.
+  virtual bool Accepts(lumen_memory memory) const = 0;
+
+  // State memory: zero-filled blocks in the backend's memory.
+  virtual absl::StatusOr<void*> AllocateState(int64_t bytes) = 0;
+  virtual void FreeState(void* block) = 0;
+  virtual absl::Status ZeroState(void* block, int64_t bytes) = 0;
+  virtual absl::Status CopyState(void* dst, const void* src, int64_t bytes) = 0;
+  virtual absl::Status StateToHost(void* host_dst, const void* src, int64_t bytes) = 0;
+  virtual absl::Status StateFromHost(void* dst, const void* host_src, int64_t bytes) = 0;
+
+  // Runs the call's tokens through one layer for every session in it. Must not change any
+  // state unless it returns OK.
+  virtual absl::Status Run(const LayerSpec& spec, const LayerRun& run) = 0;
+};
+
+// Creates the backend an engine asked for (AUTO resolved here).
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const lumen_engine_options& options);
+
+}  // namespace lumen

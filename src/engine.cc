@@ -1,0 +1,168 @@
+#include "src/engine.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "src/session.h"
+
+namespace lumen {
+
+absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> model,
+                                                       const lumen_engine_options& options) {
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
+  if (!backend.ok()) return backend.status();
+  return std::shared_ptr<Engine>(new Engine(std::move(model), *std::move(backend)));
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Engine::CreateSession() {
+  return Session::Create(shared_from_this());
+}
+
+absl::Status Engine::Step(int32_t layer, absl::Span<Session* const> sessions,
+                          const lumen_layer_inputs& inputs, lumen_layer_output& output) {
+  std::vector<int32_t> cu_seqlens(sessions.size() + 1);
+  for (size_t i = 0; i < cu_seqlens.size(); ++i) cu_seqlens[i] = static_cast<int32_t>(i);
+  return RunLayer(/*chunkwise=*/false, layer, sessions, std::move(cu_seqlens), inputs, output);
+}
+
+absl::Status Engine::Prefill(int32_t layer, absl::Span<Session* const> sessions,
+                             absl::Span<const int32_t> cu_seqlens,
+                             const lumen_layer_inputs& inputs, lumen_layer_output& output) {
+  if (cu_seqlens.size() != sessions.size() + 1) {
+    return absl::InvalidArgumentError("cu_seqlens must have one entry more than sessions");
+  }
+  if (cu_seqlens[0] != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cu_seqlens[0] is ", cu_seqlens[0], ", must be 0"));
+  }
+  for (size_t i = 1; i < cu_seqlens.size(); ++i) {
+    if (cu_seqlens[i] < cu_seqlens[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat("cu_seqlens decreases at entry ", i, " (",
+                                                     cu_seqlens[i - 1], " then ",
+                                                     cu_seqlens[i], ")"));
+    }
+  }
+  return RunLayer(/*chunkwise=*/true, layer, sessions,
+                  std::vector<int32_t>(cu_seqlens.begin(), cu_seqlens.end()), inputs, output);
+}
+
+namespace {
+
+bool IsDType(int32_t value) {
+  return value == LUMEN_DTYPE_FLOAT32 || value == LUMEN_DTYPE_BFLOAT16 ||
+         value == LUMEN_DTYPE_FLOAT16;
+}
+
+// Checks one input buffer: present with the expected count when the layer needs it,
+// absent otherwise.
+absl::Status CheckBuffer(const char* name, const void* data, int64_t count, int64_t expected,
+                         bool needed, const LayerSpec& spec) {
+  if (!needed) {
+    if (data != nullptr || count != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          FamilyName(spec.family), " layers take no ", name, " input: pass NULL and 0"));
+    }
+    return absl::OkStatus();
+  }
+  if (count != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "_count is ", count, ", the call needs ", expected));
+  }
+  if (data == nullptr && expected > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is NULL"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckInputs(const LayerSpec& spec, const Backend& backend, int64_t tokens,
+                         const lumen_layer_inputs& in, const lumen_layer_output& out) {
+  if (in.struct_size < sizeof(lumen_layer_inputs)) {
+    return absl::InvalidArgumentError(
+        "lumen_layer_inputs.struct_size is too small: fill it with lumen_layer_inputs_init");
+  }
+  if (out.struct_size < sizeof(lumen_layer_output)) {
+    return absl::InvalidArgumentError(
+        "lumen_layer_output.struct_size is too small: fill it with lumen_layer_output_init");
+  }
+  if (!IsDType(in.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown input dtype ", in.dtype));
+  }
+  if (out.dtype != LUMEN_DTYPE_FLOAT32 && out.dtype != in.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output dtype ", out.dtype, " must be FLOAT32 or the input dtype (", in.dtype, ")"));
+  }
+  for (int32_t memory : {in.memory, out.memory}) {
+    if (memory != LUMEN_MEMORY_HOST && memory != LUMEN_MEMORY_DEVICE) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown memory kind ", memory));
+    }
+    if (!backend.Accepts(static_cast<lumen_memory>(memory))) {
+      return absl::InvalidArgumentError(
+          "this engine's backend cannot read or write buffers in that memory "
+          "(the CPU backend takes LUMEN_MEMORY_HOST only)");
+    }
+  }
+  const int64_t qk = tokens * spec.num_heads * spec.key_dim;
+  const int64_t vo = tokens * spec.num_value_heads * spec.value_dim;
+  absl::Status status;
+  if (!(status = CheckBuffer("q", in.q, in.q_count, qk, true, spec)).ok()) return status;
+  if (!(status = CheckBuffer("k", in.k, in.k_count, qk, true, spec)).ok()) return status;
+  if (!(status = CheckBuffer("v", in.v, in.v_count, vo, true, spec)).ok()) return status;
+  if (!(status = CheckBuffer("g", in.g, in.g_count, tokens * spec.g_per_token(),
+                             spec.needs_g_input(), spec))
+           .ok()) {
+    return status;
+  }
+  if (!(status = CheckBuffer("beta", in.beta, in.beta_count, tokens * spec.num_value_heads,
+                             spec.delta_rule(), spec))
+           .ok()) {
+    return status;
+  }
+  return CheckBuffer("o", out.o, out.o_count, vo, true, spec);
+}
+
+}  // namespace
+
+absl::Status Engine::RunLayer(bool chunkwise, int32_t layer,
+                              absl::Span<Session* const> sessions,
+                              std::vector<int32_t> cu_seqlens, const lumen_layer_inputs& inputs,
+                              lumen_layer_output& output) {
+  if (!model_->has_layer(layer)) {
+    return absl::OutOfRangeError(absl::StrCat("layer ", layer, " is out of range: the model has ",
+                                              model_->num_layers(), " layers"));
+  }
+  LayerRun run;
+  run.chunkwise = chunkwise;
+  run.states.reserve(sessions.size());
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    const Session* session = sessions[i];
+    if (session == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("session ", i, " is NULL"));
+    }
+    if (&session->engine() != this) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session ", i, " belongs to another engine; a call runs sessions of its own engine"));
+    }
+    run.states.push_back(session->layer_state(layer));
+  }
+  std::vector<const Session*> sorted(sessions.begin(), sessions.end());
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return absl::InvalidArgumentError("a session appears more than once in the call");
+  }
+  const LayerSpec& spec = model_->layer(layer);
+  absl::Status status = CheckInputs(spec, *backend_, cu_seqlens.back(), inputs, output);
+  if (!status.ok()) return status;
+
+  run.cu_seqlens = std::move(cu_seqlens);
+  run.inputs = &inputs;
+  run.output = &output;
+  if (run.num_tokens() == 0) return absl::OkStatus();
+  status = backend_->Run(spec, run);
+  if (!status.ok()) return status;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    sessions[i]->AddTokens(layer, run.cu_seqlens[i + 1] - run.cu_seqlens[i]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lumen

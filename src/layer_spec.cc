@@ -1,0 +1,235 @@
+#include "src/layer_spec.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace lumen {
+
+const char* FamilyName(Family family) {
+  switch (family) {
+    case Family::kLinearAttn: return "linear_attn";
+    case Family::kRetention: return "retention";
+    case Family::kSsd: return "ssd";
+    case Family::kGla: return "gla";
+    case Family::kDeltaNet: return "delta_net";
+    case Family::kGatedDeltaNet: return "gated_delta_net";
+    case Family::kKda: return "kda";
+  }
+  return "unknown";
+}
+
+int64_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+
+GateKind LayerSpec::gate_kind() const {
+  switch (family) {
+    case Family::kRetention:
+    case Family::kSsd:
+    case Family::kGatedDeltaNet:
+      return GateKind::kScalar;
+    case Family::kGla:
+    case Family::kKda:
+      return GateKind::kVector;
+    default:
+      return GateKind::kNone;
+  }
+}
+
+bool LayerSpec::delta_rule() const {
+  return family == Family::kDeltaNet || family == Family::kGatedDeltaNet ||
+         family == Family::kKda;
+}
+
+bool LayerSpec::needs_g_input() const {
+  return gate_kind() != GateKind::kNone && family != Family::kRetention;
+}
+
+int64_t LayerSpec::g_per_token() const {
+  if (!needs_g_input()) return 0;
+  return gate_kind() == GateKind::kVector ? int64_t{num_value_heads} * key_dim
+                                          : num_value_heads;
+}
+
+int64_t LayerSpec::matrix_count() const {
+  return int64_t{num_value_heads} * key_dim * value_dim;
+}
+
+int64_t LayerSpec::normalizer_count() const {
+  return normalize ? int64_t{num_value_heads} * key_dim : 0;
+}
+
+int64_t LayerSpec::state_bytes() const {
+  return (matrix_count() + normalizer_count()) * DTypeSize(state_dtype);
+}
+
+namespace {
+
+bool IsFamily(int32_t value) {
+  return value >= LUMEN_FAMILY_LINEAR_ATTN && value <= LUMEN_FAMILY_KDA;
+}
+
+absl::Status Invalid(const LayerSpec& spec, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(FamilyName(spec.family), " layer: ", what));
+}
+
+// Largest dims a layer may have; keeps every count well inside int64 and int32 strides.
+constexpr int32_t kMaxHeads = 1 << 16;
+constexpr int32_t kMaxHeadDim = 1 << 14;
+
+}  // namespace
+
+absl::Status LayerSpecFromOptions(const lumen_layer_options& options, LayerSpec* out) {
+  if (options.struct_size < sizeof(lumen_layer_options)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lumen_layer_options.struct_size is ", options.struct_size, ", expected ",
+        sizeof(lumen_layer_options), ": fill the struct with lumen_layer_options_init"));
+  }
+  if (!IsFamily(options.family)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown layer family ", options.family,
+                     " (expected a lumen_family value from 1 to 7)"));
+  }
+  LayerSpec spec;
+  spec.family = static_cast<Family>(options.family);
+  spec.num_heads = options.num_heads;
+  spec.num_value_heads = options.num_value_heads == 0 ? options.num_heads
+                                                      : options.num_value_heads;
+  spec.key_dim = options.key_dim;
+  spec.value_dim = options.value_dim;
+
+  if (spec.num_heads <= 0 || spec.num_heads > kMaxHeads) {
+    return Invalid(spec, absl::StrCat("num_heads (H) is ", spec.num_heads,
+                                      ", must be in [1, ", kMaxHeads, "]"));
+  }
+  if (spec.num_value_heads <= 0 || spec.num_value_heads > kMaxHeads) {
+    return Invalid(spec, absl::StrCat("num_value_heads (HV) is ", spec.num_value_heads,
+                                      ", must be 0 (= H) or in [1, ", kMaxHeads, "]"));
+  }
+  if (spec.num_value_heads % spec.num_heads != 0) {
+    return Invalid(spec, absl::StrCat("num_value_heads (HV = ", spec.num_value_heads,
+                                      ") must be a multiple of num_heads (H = ",
+                                      spec.num_heads, ")"));
+  }
+  if (spec.key_dim <= 0 || spec.key_dim > kMaxHeadDim) {
+    return Invalid(spec, absl::StrCat("key_dim (K) is ", spec.key_dim, ", must be in [1, ",
+                                      kMaxHeadDim, "]"));
+  }
+  if (spec.value_dim <= 0 || spec.value_dim > kMaxHeadDim) {
+    return Invalid(spec, absl::StrCat("value_dim (V) is ", spec.value_dim,
+                                      ", must be in [1, ", kMaxHeadDim, "]"));
+  }
+  if (!std::isfinite(options.scale) || options.scale < 0.0f) {
+    return Invalid(spec, "scale must be finite and >= 0 (0 selects K^-0.5)");
+  }
+  spec.scale = options.scale == 0.0f ? 1.0f / std::sqrt(static_cast<float>(spec.key_dim))
+                                     : options.scale;
+
+  const bool linear = spec.family == Family::kLinearAttn;
+  if (options.feature_map < LUMEN_FEATURE_MAP_IDENTITY ||
+      options.feature_map > LUMEN_FEATURE_MAP_RELU) {
+    return Invalid(spec, absl::StrCat("unknown feature_map ", options.feature_map));
+  }
+  if (!linear && options.feature_map != LUMEN_FEATURE_MAP_IDENTITY) {
+    return Invalid(spec, "feature_map applies to linear_attn layers only");
+  }
+  spec.feature_map = static_cast<FeatureMap>(options.feature_map);
+
+  if (options.normalize != 0 && options.normalize != 1) {
+    return Invalid(spec, "normalize must be 0 or 1");
+  }
+  if (!linear && options.normalize) {
+    return Invalid(spec, "normalize applies to linear_attn layers only");
+  }
+  spec.normalize = options.normalize == 1;
+  if (!std::isfinite(options.normalize_eps) || options.normalize_eps < 0.0f) {
+    return Invalid(spec, "normalize_eps must be finite and >= 0 (0 selects 1e-6)");
+  }
+  spec.normalize_eps = options.normalize_eps == 0.0f ? 1e-6f : options.normalize_eps;
+
+  for (auto [value, name] : {std::pair{options.qk_l2norm, "qk_l2norm"},
+                             std::pair{options.beta_sigmoid, "beta_sigmoid"},
+                             std::pair{options.gate_raw, "gate_raw"}}) {
+    if (value != 0 && value != 1) return Invalid(spec, absl::StrCat(name, " must be 0 or 1"));
+  }
+  spec.qk_l2norm = options.qk_l2norm == 1;
+  spec.beta_sigmoid = options.beta_sigmoid == 1;
+  spec.gate_raw = options.gate_raw == 1;
+  if (spec.beta_sigmoid && !spec.delta_rule()) {
+    return Invalid(spec, "beta_sigmoid applies to the delta family only (no beta input)");
+  }
+  if (spec.gate_raw && spec.family != Family::kGatedDeltaNet && spec.family != Family::kKda) {
+    return Invalid(spec, "gate_raw applies to gated_delta_net and kda layers only");
+  }
+
+  if (options.state_dtype != LUMEN_DTYPE_FLOAT32 && options.state_dtype != LUMEN_DTYPE_BFLOAT16) {
+    return Invalid(spec, absl::StrCat("state_dtype ", options.state_dtype,
+                                      " is not supported (FLOAT32 or BFLOAT16)"));
+  }
+  spec.state_dtype = static_cast<DType>(options.state_dtype);
+
+  if (spec.family == Family::kRetention) {
+    spec.decay.resize(spec.num_value_heads);
+    for (int32_t h = 0; h < spec.num_value_heads; ++h) {
+      spec.decay[h] = static_cast<float>(1.0 - std::exp2(-5.0 - h));
+    }
+  }
+  *out = std::move(spec);
+  return absl::OkStatus();
+}
+
+absl::Status SetLayerParam(LayerSpec& spec, lumen_param param, const float* values,
+                           int64_t count) {
+  std::vector<float>* target = nullptr;
+  int64_t expected = spec.num_value_heads;
+  const char* name = "";
+  switch (param) {
+    case LUMEN_PARAM_A_LOG:
+      name = "A_log";
+      target = spec.gate_raw ? &spec.a_log : nullptr;
+      break;
+    case LUMEN_PARAM_DT_BIAS:
+      name = "dt_bias";
+      target = spec.gate_raw ? &spec.dt_bias : nullptr;
+      if (spec.family == Family::kKda) expected *= spec.key_dim;
+      break;
+    case LUMEN_PARAM_DECAY:
+      name = "decay";
+      target = spec.family == Family::kRetention ? &spec.decay : nullptr;
+      break;
+    default:
+      return Invalid(spec, absl::StrCat("unknown parameter ", static_cast<int>(param)));
+  }
+  if (target == nullptr) {
+    return Invalid(spec, absl::StrCat("takes no ", name, " parameter (",
+                                      param == LUMEN_PARAM_DECAY
+                                          ? "retention layers only"
+                                          : "gated_delta_net or kda with gate_raw only",
+                                      ")"));
+  }
+  if (values == nullptr) return Invalid(spec, absl::StrCat(name, " values are NULL"));
+  if (count != expected) {
+    return Invalid(spec, absl::StrCat(name, " needs ", expected, " values, got ", count));
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    if (!std::isfinite(values[i])) {
+      return Invalid(spec, absl::StrCat(name, "[", i, "] is not finite"));
+    }
+    if (param == LUMEN_PARAM_DECAY && !(values[i] > 0.0f && values[i] < 1.0f)) {
+      return Invalid(spec, absl::StrCat("decay[", i, "] is ", values[i], ", must be in (0, 1)"));
+    }
+  }
+  target->assign(values, values + count);
+  return absl::OkStatus();
+}
+
+absl::Status CheckLayerComplete(const LayerSpec& spec) {
+  if (spec.gate_raw && spec.a_log.empty()) {
+    return Invalid(spec, "gate_raw is on but A_log was not set (lumen_model_builder_set_param)");
+  }
+  if (spec.gate_raw && spec.dt_bias.empty()) {
+    return Invalid(spec, "gate_raw is on but dt_bias was not set (lumen_model_builder_set_param)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lumen

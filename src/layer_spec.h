@@ -1,0 +1,79 @@
+#pragma once
+// The validated description of one layer: family, dims, options and parameters.
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "lumen/lumen.h"
+
+namespace lumen {
+
+enum class Family : int32_t {
+  kLinearAttn = LUMEN_FAMILY_LINEAR_ATTN,
+  kRetention = LUMEN_FAMILY_RETENTION,
+  kSsd = LUMEN_FAMILY_SSD,
+  kGla = LUMEN_FAMILY_GLA,
+  kDeltaNet = LUMEN_FAMILY_DELTA_NET,
+  kGatedDeltaNet = LUMEN_FAMILY_GATED_DELTA_NET,
+  kKda = LUMEN_FAMILY_KDA,
+};
+
+enum class FeatureMap : int32_t {
+  kIdentity = LUMEN_FEATURE_MAP_IDENTITY,
+  kElu1 = LUMEN_FEATURE_MAP_ELU1,
+  kRelu = LUMEN_FEATURE_MAP_RELU,
+};
+
+enum class DType : int32_t {
+  kFloat32 = LUMEN_DTYPE_FLOAT32,
+  kBFloat16 = LUMEN_DTYPE_BFLOAT16,
+  kFloat16 = LUMEN_DTYPE_FLOAT16,
+};
+
+// How the state decays before each token's write. Retention's fixed per-head decay is a
+// scalar gate whose log value the backend materialises from LayerSpec::decay.
+enum class GateKind { kNone, kScalar, kVector };
+
+const char* FamilyName(Family family);
+int64_t DTypeSize(DType dtype);
+
+struct LayerSpec {
+  Family family = Family::kLinearAttn;
+  int32_t num_heads = 0;        // H
+  int32_t num_value_heads = 0;  // HV
+  int32_t key_dim = 0;          // K
+  int32_t value_dim = 0;        // V
+  float scale = 0.0f;           // resolved: never 0 once validated
+  FeatureMap feature_map = FeatureMap::kIdentity;
+  bool normalize = false;
+  float normalize_eps = 1e-6f;
+  bool qk_l2norm = false;
+  bool beta_sigmoid = false;
+  bool gate_raw = false;
+  DType state_dtype = DType::kFloat32;
+  std::vector<float> a_log;     // [HV] with gate_raw
+  std::vector<float> dt_bias;   // [HV] (gated_delta_net) or [HV * K] (kda) with gate_raw
+  std::vector<float> decay;     // [HV] retention gammas; filled with SPEC's default
+
+  GateKind gate_kind() const;
+  bool delta_rule() const;       // delta_net, gated_delta_net, kda
+  bool needs_g_input() const;    // ssd, gla, gated_delta_net, kda
+  int64_t g_per_token() const;   // HV, HV * K or 0
+  int64_t matrix_count() const;  // HV * K * V
+  int64_t normalizer_count() const;  // HV * K with normalize, else 0
+  int64_t state_bytes() const;   // both parts in the stored dtype
+};
+
+// Builds a LayerSpec from C options: validates them and resolves defaults
+// (HV = H when 0, scale = K^-0.5 when 0, eps = 1e-6 when 0, retention decays).
+absl::Status LayerSpecFromOptions(const lumen_layer_options& options, LayerSpec* out);
+
+// Sets one parameter array after checking it applies to the layer and has the right size.
+absl::Status SetLayerParam(LayerSpec& spec, lumen_param param, const float* values,
+                           int64_t count);
+
+// Checks that every parameter the layer needs is present.
+absl::Status CheckLayerComplete(const LayerSpec& spec);
+
+}  // namespace lumen

@@ -1,0 +1,100 @@
+#include "src/session.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "src/dtype_convert.h"
+
+namespace lumen {
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Engine> engine) {
+  absl::StatusOr<void*> block = engine->backend().AllocateState(engine->model().state_bytes());
+  if (!block.ok()) return block.status();
+  return std::unique_ptr<Session>(new Session(std::move(engine), *block));
+}
+
+Session::~Session() { engine_->backend().FreeState(block_); }
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Fork() const {
+  absl::StatusOr<std::unique_ptr<Session>> copy = Create(engine_);
+  if (!copy.ok()) return copy.status();
+  absl::Status status = engine_->backend().CopyState((*copy)->block_, block_, model().state_bytes());
+  if (!status.ok()) return status;
+  (*copy)->tokens_ = tokens_;
+  return copy;
+}
+
+absl::Status Session::Reset() {
+  absl::Status status = engine_->backend().ZeroState(block_, model().state_bytes());
+  if (status.ok()) std::fill(tokens_.begin(), tokens_.end(), 0);
+  return status;
+}
+
+void* Session::layer_state(int32_t layer) const {
+  return static_cast<char*>(block_) + model().state_offset(layer);
+}
+
+absl::StatusOr<int64_t> Session::PartOffset(int32_t layer, lumen_state_part part,
+                                            int64_t count) const {
+  const LayerSpec& spec = model().layer(layer);
+  int64_t expected = 0;
+  int64_t offset = 0;
+  switch (part) {
+    case LUMEN_STATE_MATRIX:
+      expected = spec.matrix_count();
+      break;
+    case LUMEN_STATE_NORMALIZER:
+      if (!spec.normalize) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer ", layer, " keeps no normalizer (linear_attn with normalize only)"));
+      }
+      expected = spec.normalizer_count();
+      offset = spec.matrix_count() * DTypeSize(spec.state_dtype);
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown state part ", static_cast<int>(part)));
+  }
+  if (count != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("state part of layer ", layer, " holds ",
+                                                   expected, " floats, count is ", count));
+  }
+  return offset;
+}
+
+absl::Status Session::ReadState(int32_t layer, lumen_state_part part, float* out,
+                                int64_t count) const {
+  absl::StatusOr<int64_t> offset = PartOffset(layer, part, count);
+  if (!offset.ok()) return offset.status();
+  const LayerSpec& spec = model().layer(layer);
+  const char* src = static_cast<const char*>(layer_state(layer)) + *offset;
+  if (spec.state_dtype == DType::kFloat32) {
+    return engine_->backend().StateToHost(out, src, count * 4);
+  }
+  std::vector<uint16_t> stored(count);
+  absl::Status status = engine_->backend().StateToHost(stored.data(), src, count * 2);
+  if (!status.ok()) return status;
+  for (int64_t i = 0; i < count; ++i) out[i] = BFloat16ToFloat(stored[i]);
+  return absl::OkStatus();
+}
+
+absl::Status Session::WriteState(int32_t layer, lumen_state_part part, const float* values,
+                                 int64_t count) {
+  absl::StatusOr<int64_t> offset = PartOffset(layer, part, count);
+  if (!offset.ok()) return offset.status();
+  for (int64_t i = 0; i < count; ++i) {
+    if (!std::isfinite(values[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("state value ", i, " is not finite"));
+    }
+  }
+  const LayerSpec& spec = model().layer(layer);
+  char* dst = static_cast<char*>(layer_state(layer)) + *offset;
+  if (spec.state_dtype == DType::kFloat32) {
+    return engine_->backend().StateFromHost(dst, values, count * 4);
+  }
+  std::vector<uint16_t> stored(count);
+  for (int64_t i = 0; i < count; ++i) stored[i] = FloatToBFloat16(values[i]);
+  return engine_->backend().StateFromHost(dst, stored.data(), count * 2);
+}
+
+}  // namespace lumen

@@ -1,0 +1,55 @@
+#pragma once
+// A session: the state of every layer of a model for one conversation, in one block of the
+// engine's backend memory, and the number of tokens each layer has consumed.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lumen/lumen.h"
+#include "src/engine.h"
+
+namespace lumen {
+
+class Session {
+ public:
+  static absl::StatusOr<std::unique_ptr<Session>> Create(std::shared_ptr<Engine> engine);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const Engine& engine() const { return *engine_; }
+  const Model& model() const { return engine_->model(); }
+
+  // A deep copy on the same engine.
+  absl::StatusOr<std::unique_ptr<Session>> Fork() const;
+  absl::Status Reset();
+
+  int64_t tokens(int32_t layer) const { return tokens_[layer]; }
+  void AddTokens(int32_t layer, int64_t count) { tokens_[layer] += count; }
+
+  // The layer's state in backend memory: the matrix [HV, K, V], then the normalizer [HV, K],
+  // both in the layer's stored dtype.
+  void* layer_state(int32_t layer) const;
+
+  // Copy one part of a layer's state out as / in from fp32 canonical layout (host memory).
+  absl::Status ReadState(int32_t layer, lumen_state_part part, float* out,
+                         int64_t count) const;
+  absl::Status WriteState(int32_t layer, lumen_state_part part, const float* values,
+                          int64_t count);
+
+ private:
+  Session(std::shared_ptr<Engine> engine, void* block)
+      : engine_(std::move(engine)), block_(block), tokens_(model().num_layers(), 0) {}
+
+  // Locates a part of a layer's state after checking the part and the count.
+  absl::StatusOr<int64_t> PartOffset(int32_t layer, lumen_state_part part,
+                                     int64_t count) const;
+
+  std::shared_ptr<Engine> engine_;
+  void* block_;                  // model().state_bytes() bytes of backend memory
+  std::vector<int64_t> tokens_;  // [num_layers]
+};
+
+}  // namespace lumen
