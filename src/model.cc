@@ -1,8 +1,53 @@
 #include "src/model.h"
 
+#include <cstring>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace lumen {
+namespace {
+
+// Appends the little-endian bytes of a 32-bit value (ints and float bit patterns).
+template <typename T>
+void Append(std::string& out, T value) {
+  static_assert(sizeof(T) == 4);
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(bits >> (8 * i)));
+}
+
+void AppendArray(std::string& out, const std::vector<float>& values) {
+  Append(out, static_cast<uint32_t>(values.size()));
+  for (float value : values) Append(out, value);
+}
+
+uint64_t Fingerprint(const std::vector<LayerSpec>& layers) {
+  std::string bytes;
+  for (const LayerSpec& layer : layers) {
+    Append(bytes, static_cast<int32_t>(layer.family));
+    Append(bytes, layer.num_heads);
+    Append(bytes, layer.num_value_heads);
+    Append(bytes, layer.key_dim);
+    Append(bytes, layer.value_dim);
+    Append(bytes, layer.scale);
+    Append(bytes, static_cast<int32_t>(layer.feature_map));
+    Append(bytes, static_cast<int32_t>(layer.normalize));
+    Append(bytes, layer.normalize_eps);
+    Append(bytes, static_cast<int32_t>(layer.qk_l2norm));
+    Append(bytes, static_cast<int32_t>(layer.beta_sigmoid));
+    Append(bytes, static_cast<int32_t>(layer.gate_raw));
+    AppendArray(bytes, layer.a_log);
+    AppendArray(bytes, layer.dt_bias);
+    AppendArray(bytes, layer.decay);
+  }
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+}  // namespace
 
 absl::StatusOr<Model> Model::Create(std::vector<LayerSpec> layers) {
   if (layers.empty()) return absl::InvalidArgumentError("a model needs at least one layer");
@@ -23,6 +68,7 @@ Model::Model(std::vector<LayerSpec> layers) : layers_(std::move(layers)) {
     offset += (layer.state_bytes() + kStateAlignment - 1) / kStateAlignment * kStateAlignment;
   }
   offsets_.push_back(offset);
+  fingerprint_ = Fingerprint(layers_);
 }
 
 }  // namespace lumen

@@ -22,11 +22,16 @@ class Model {
   int64_t state_offset(int32_t index) const { return offsets_[index]; }
   int64_t state_bytes() const { return offsets_.back(); }
 
+  // XXH3-64 of every layer's family, dims, options and parameters (not its state dtype, a
+  // storage choice that snapshots convert across). Snapshots carry it to name their model.
+  uint64_t fingerprint() const { return fingerprint_; }
+
  private:
   explicit Model(std::vector<LayerSpec> layers);
 
   std::vector<LayerSpec> layers_;
   std::vector<int64_t> offsets_;  // [num_layers + 1]
+  uint64_t fingerprint_ = 0;
 };
 
 // Layer states start on this alignment inside a session's block (a cache line, and a

@@ -28,6 +28,7 @@ class Session {
 
   int64_t tokens(int32_t layer) const { return tokens_[layer]; }
   void AddTokens(int32_t layer, int64_t count) { tokens_[layer] += count; }
+  void SetTokens(int32_t layer, int64_t count) { tokens_[layer] = count; }
 
   // The layer's state in backend memory: the matrix [HV, K, V], then the normalizer [HV, K],
   // both in the layer's stored dtype.

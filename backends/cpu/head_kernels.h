@@ -16,7 +16,8 @@ namespace lumen::cpu {
 struct HeadRule {
   GateKind gate = GateKind::kNone;
   bool delta = false;       // delta rule: u = beta (v - S'^T k); S = S' + k u^T
-  bool normalize = false;   // linear_attn normalizer z; o = S^T q / (q . z + eps)
+  bool normalize = false;   // linear_attn normalizer z; o = S^T q / (q . z + eps).
+                            // Only with kNone and additive writes: z never decays.
   float normalize_eps = 1e-6f;
 };
 
@@ -51,6 +52,8 @@ void RunRecurrent(const HeadRule& rule, const HeadSequence& seq, float* state,
 
 // Runs the tokens in chunks of at most kChunkSize with chunk-local C x C products and, for
 // the delta rule, the UT (WY) triangular solve. Agrees with RunRecurrent to SPEC's bounds.
+// Strong decays end a chunk early (see chunkwise.cc), so boundaries depend on g; any split
+// of a sequence across calls gives the same result to those bounds.
 void RunChunkwise(const HeadRule& rule, const HeadSequence& seq, float* state,
                   float* normalizer, ChunkWorkspace* workspace);
 

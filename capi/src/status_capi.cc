@@ -3,6 +3,7 @@
 #include <string>
 
 #include "capi/src/capi_util.h"
+#include "src/status.h"
 
 namespace lumen::capi {
 namespace {
@@ -10,19 +11,6 @@ namespace {
 std::string& LastMessage() {
   thread_local std::string message;
   return message;
-}
-
-lumen_status CodeOf(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kOk: return LUMEN_OK;
-    case absl::StatusCode::kInvalidArgument: return LUMEN_ERROR_INVALID_ARGUMENT;
-    case absl::StatusCode::kOutOfRange: return LUMEN_ERROR_OUT_OF_RANGE;
-    case absl::StatusCode::kFailedPrecondition: return LUMEN_ERROR_MODEL_MISMATCH;
-    case absl::StatusCode::kResourceExhausted: return LUMEN_ERROR_OUT_OF_MEMORY;
-    case absl::StatusCode::kUnimplemented: return LUMEN_ERROR_UNSUPPORTED;
-    case absl::StatusCode::kUnavailable: return LUMEN_ERROR_BACKEND;
-    default: return LUMEN_ERROR_INTERNAL;
-  }
 }
 
 }  // namespace
@@ -34,7 +22,7 @@ lumen_status Fail(lumen_status status, absl::string_view message) {
 
 lumen_status FromStatus(const absl::Status& status) {
   if (status.ok()) return Ok();
-  return Fail(CodeOf(status.code()), status.message());
+  return Fail(LumenStatusOf(status), status.message());
 }
 
 lumen_status Ok() {
@@ -68,6 +56,10 @@ const char* lumen_status_string(lumen_status status) {
     case LUMEN_ERROR_UNSUPPORTED: return "LUMEN_ERROR_UNSUPPORTED";
     case LUMEN_ERROR_BACKEND: return "LUMEN_ERROR_BACKEND";
     case LUMEN_ERROR_INTERNAL: return "LUMEN_ERROR_INTERNAL";
+    case LUMEN_ERROR_BUFFER_TOO_SMALL: return "LUMEN_ERROR_BUFFER_TOO_SMALL";
+    case LUMEN_ERROR_CORRUPT_SNAPSHOT: return "LUMEN_ERROR_CORRUPT_SNAPSHOT";
+    case LUMEN_ERROR_SNAPSHOT_VERSION: return "LUMEN_ERROR_SNAPSHOT_VERSION";
+    case LUMEN_ERROR_IO: return "LUMEN_ERROR_IO";
   }
   return "LUMEN_ERROR_UNKNOWN_STATUS";
 }

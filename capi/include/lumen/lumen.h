@@ -86,7 +86,15 @@ typedef enum lumen_status {
   /** The backend (a device runtime) failed. */
   LUMEN_ERROR_BACKEND = 6,
   /** A bug in lumen: please report it with the message. */
-  LUMEN_ERROR_INTERNAL = 7
+  LUMEN_ERROR_INTERNAL = 7,
+  /** A caller buffer is smaller than the result; query the size first. */
+  LUMEN_ERROR_BUFFER_TOO_SMALL = 8,
+  /** Snapshot bytes are truncated, damaged or not a lumen snapshot (checksum, magic, layout). */
+  LUMEN_ERROR_CORRUPT_SNAPSHOT = 9,
+  /** A snapshot was written in a newer format version than this library reads. */
+  LUMEN_ERROR_SNAPSHOT_VERSION = 10,
+  /** A file could not be opened, read, written, flushed or renamed. */
+  LUMEN_ERROR_IO = 11
 } lumen_status;
 
 /** Returns a static, human-readable name for a status ("LUMEN_OK", ...); never NULL. */
@@ -396,6 +404,66 @@ LUMEN_API lumen_status lumen_engine_prefill_varlen(lumen_engine* engine, int32_t
                                                    const int32_t* cu_seqlens,
                                                    const lumen_layer_inputs* inputs,
                                                    lumen_layer_output* output);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Snapshots                                                                                  */
+/*                                                                                            */
+/* A snapshot holds a session's whole state and token counts in O(state) bytes, whatever the  */
+/* length of its conversation, with the fingerprint of the model that wrote it and a checksum */
+/* over every byte. The format is documented in docs/snapshot_format.md. A snapshot taken on  */
+/* one backend restores on any other.                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/** How a snapshot is written. Fill with lumen_snapshot_options_init. */
+typedef struct lumen_snapshot_options {
+  uint32_t struct_size; /* set by init */
+  /** lumen_dtype of the stored state: FLOAT32 (default, exact) or BFLOAT16 (half the size,
+   *  rounded to nearest even: relative error at most 2^-9 per element). */
+  int32_t state_dtype;
+} lumen_snapshot_options;
+
+/** Fills *options with defaults (FLOAT32 state). */
+LUMEN_API void lumen_snapshot_options_init(lumen_snapshot_options* options);
+
+/**
+ * Writes the size in bytes of the session's snapshot to *out. options may be NULL (defaults).
+ * The size depends on the model and the options only, never on the tokens consumed.
+ */
+LUMEN_API lumen_status lumen_session_snapshot_size(const lumen_session* session,
+                                                   const lumen_snapshot_options* options,
+                                                   int64_t* out);
+
+/**
+ * Writes the session's snapshot into buffer[0..capacity) (host memory) and its size to
+ * *out_size (may be NULL). Returns LUMEN_ERROR_BUFFER_TOO_SMALL, writing nothing, when
+ * capacity is below lumen_session_snapshot_size. The session is only read.
+ */
+LUMEN_API lumen_status lumen_session_snapshot(const lumen_session* session,
+                                              const lumen_snapshot_options* options,
+                                              void* buffer, int64_t capacity,
+                                              int64_t* out_size);
+
+/**
+ * Replaces the session's state and token counts with those of a snapshot (host memory,
+ * only read). All or nothing: on any error the session is exactly as before. Returns
+ * LUMEN_ERROR_CORRUPT_SNAPSHOT for truncated or damaged bytes, LUMEN_ERROR_SNAPSHOT_VERSION
+ * for a newer format, LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from the
+ * session's (the message says which layer and what differs).
+ */
+LUMEN_API lumen_status lumen_session_restore(lumen_session* session, const void* data,
+                                             int64_t size);
+
+/**
+ * Saves the session's snapshot to the file `path` (UTF-8) atomically and durably: the bytes
+ * go to a temporary file in the same directory, which is flushed to disk and renamed over
+ * `path`, and the directory is flushed. A crash at any moment leaves the old file or the new
+ * one, never a torn one. options may be NULL. Returns LUMEN_ERROR_IO with the system's reason.
+ */
+LUMEN_API lumen_status lumen_session_save(const lumen_session* session, const char* path,
+                                          const lumen_snapshot_options* options);
+
+/** Restores the session from the snapshot file `path`; same guarantees as restore. */
+LUMEN_API lumen_status lumen_session_load(lumen_session* session, const char* path);
 
 #ifdef __cplusplus
 } /* extern "C" */

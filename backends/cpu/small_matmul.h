@@ -1,0 +1,60 @@
+#pragma once
+// Tiny row-major fp32 matrix helpers for the chunkwise form. Sizes are at most a chunk
+// (64) by a head width, so plain loops that GCC vectorises beat a BLAS call. The loops
+// run i-p-j with the innermost index contiguous, or as dot products whose reduction
+// `#pragma omp simd` is allowed to reorder (-fopenmp-simd, no -ffast-math needed).
+
+#include <cstdint>
+
+namespace lumen::cpu {
+
+inline float Dot(const float* x, const float* y, int32_t n) {
+  float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+  for (int32_t i = 0; i < n; ++i) acc += x[i] * y[i];
+  return acc;
+}
+
+// y[0:n] += alpha * x[0:n]
+inline void Axpy(int32_t n, float alpha, const float* x, float* y) {
+#pragma omp simd
+  for (int32_t j = 0; j < n; ++j) y[j] += alpha * x[j];
+}
+
+// Columns of c kept in registers while a row of a streams past: one load of b per
+// multiply-add instead of reloading and storing c for every term.
+inline constexpr int32_t kMatMulTile = 16;
+
+// c_row[0:n] += a_row[0:p] b[p, n], tile by tile.
+inline void RowMatMulAdd(int32_t n, int32_t p, const float* a_row, const float* b,
+                         int64_t ldb, float* c_row) {
+  int32_t j0 = 0;
+  for (; j0 + kMatMulTile <= n; j0 += kMatMulTile) {
+    float acc[kMatMulTile];
+    for (int32_t j = 0; j < kMatMulTile; ++j) acc[j] = c_row[j0 + j];
+    for (int32_t r = 0; r < p; ++r) {
+      const float a = a_row[r];
+      const float* b_row = b + r * ldb + j0;
+#pragma omp simd
+      for (int32_t j = 0; j < kMatMulTile; ++j) acc[j] += a * b_row[j];
+    }
+    for (int32_t j = 0; j < kMatMulTile; ++j) c_row[j0 + j] = acc[j];
+  }
+  if (j0 < n) {
+    for (int32_t r = 0; r < p; ++r) Axpy(n - j0, a_row[r], b + r * ldb + j0, c_row + j0);
+  }
+}
+
+// c[m, n] += a[m, p] b[p, n]; leading dimensions in floats.
+inline void MatMulAdd(int32_t m, int32_t n, int32_t p, const float* a, int64_t lda,
+                      const float* b, int64_t ldb, float* c, int64_t ldc) {
+  for (int32_t i = 0; i < m; ++i) RowMatMulAdd(n, p, a + i * lda, b, ldb, c + i * ldc);
+}
+
+// c[m, n] += tril(a)[m, m] b[m, n]: row i of c reads rows 0..i of b (diagonal included).
+inline void LowerMatMulAdd(int32_t m, int32_t n, const float* a, int64_t lda,
+                           const float* b, int64_t ldb, float* c, int64_t ldc) {
+  for (int32_t i = 0; i < m; ++i) RowMatMulAdd(n, i + 1, a + i * lda, b, ldb, c + i * ldc);
+}
+
+}  // namespace lumen::cpu
