@@ -96,7 +96,7 @@ absl::Status CheckInputs(const LayerSpec& spec, const Backend& backend, int64_t 
       return absl::InvalidArgumentError(absl::StrCat("unknown memory kind ", memory));
     }
     if (!backend.Accepts(static_cast<lumen_memory>(memory))) {
-      return absl::InvalidArgumentError(
+      return absl::UnimplementedError(
           "this engine's backend cannot read or write buffers in that memory "
           "(the CPU backend takes LUMEN_MEMORY_HOST only)");
     }

@@ -20,6 +20,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
                                                         const lumen_engine_options& options);
 
   const Model& model() const { return *model_; }
+  const std::shared_ptr<const Model>& shared_model() const { return model_; }
   Backend& backend() const { return *backend_; }
 
   absl::StatusOr<std::unique_ptr<Session>> CreateSession();

@@ -74,6 +74,15 @@ lumen_status lumen_session_reset(lumen_session* session) {
   return Guard([&] { return FromStatus(session->session->Reset()); });
 }
 
+lumen_status lumen_session_model(const lumen_session* session, lumen_model** out) {
+  LUMEN_REQUIRE_NOT_NULL(session);
+  LUMEN_REQUIRE_NOT_NULL(out);
+  return Guard([&] {
+    *out = new lumen_model{session->session->engine().shared_model()};
+    return Ok();
+  });
+}
+
 lumen_status lumen_session_tokens(const lumen_session* session, int32_t layer, int64_t* out) {
   LUMEN_REQUIRE_NOT_NULL(session);
   LUMEN_REQUIRE_NOT_NULL(out);

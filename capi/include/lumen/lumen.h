@@ -13,7 +13,7 @@
  *
  * Conventions
  *   - Every fallible call returns lumen_status; on failure lumen_last_error_message() holds a
- *     message for the calling thread, and no object was changed.
+ *     message for the calling thread, and no object was changed. A successful call clears it.
  *   - Results come back through trailing out-pointers, written only on success.
  *   - Handles are reference counted internally: a session keeps its engine and model alive, an
  *     engine keeps its model alive, so *_destroy may be called in any order. *_destroy(NULL) is
@@ -25,7 +25,10 @@
  *     structs carry a `memory` field so that GPU backends can take device pointers without an
  *     ABI change; the CPU backend accepts LUMEN_MEMORY_HOST only.
  *   - Thread safety: models are immutable and may be shared freely. An engine may be called
- *     from several threads at once. A session must not be used by two calls at the same time.
+ *     from several threads at once (its layer calls take turns on its worker threads). A
+ *     session must not be used by two calls at the same time, including calls that only read
+ *     it (fork, read_state, snapshot) while another call changes it. Builders are not
+ *     thread-safe.
  *
  * Shapes (one session, one layer; row-major, innermost last; see docs/ and the SPEC):
  *   q, k   [T, H, K]      v, o   [T, HV, V]      beta [T, HV]
@@ -101,8 +104,9 @@ typedef enum lumen_status {
 LUMEN_API const char* lumen_status_string(lumen_status status);
 
 /**
- * Returns the message of the last failed call made by the calling thread, or "" if none.
- * The string is owned by lumen and stays valid until the thread's next lumen call.
+ * Returns the message of the last failed call made by the calling thread, or "" if the
+ * thread's last call succeeded or it made none. The string is owned by lumen and stays valid
+ * until the thread's next lumen call.
  */
 LUMEN_API const char* lumen_last_error_message(void);
 
@@ -184,8 +188,8 @@ typedef struct lumen_layer_options {
   int32_t feature_map;    /* lumen_feature_map; linear_attn only */
   int32_t normalize;      /* 0/1; linear_attn only: keep z and divide by q.z + eps */
   float normalize_eps;    /* eps of normalize; 0 means 1e-6 */
-  int32_t qk_l2norm;      /* 0/1: L2-normalise q and k inside the layer */
-  int32_t beta_sigmoid;   /* 0/1: beta arrives as a logit (delta family) */
+  int32_t qk_l2norm;      /* 0/1: L2-normalise q and k inside the layer (before phi and scale) */
+  int32_t beta_sigmoid;   /* 0/1: beta arrives as a logit (delta family only) */
   int32_t gate_raw;       /* 0/1: g arrives raw; needs A_log and dt_bias (gated_delta_net, kda) */
   int32_t state_dtype;    /* lumen_dtype of the stored state: FLOAT32 (default) or BFLOAT16 */
 } lumen_layer_options;
@@ -204,9 +208,13 @@ LUMEN_API lumen_status lumen_model_builder_create(lumen_model_builder** out);
 LUMEN_API void lumen_model_builder_destroy(lumen_model_builder* builder);
 
 /**
- * Appends a layer. The options are validated now (family, dims, HV % H, options that the
- * family does not take); on success the new layer's index is written to *out_layer if it is
- * not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming the problem.
+ * Appends a layer. The options are validated now: a known family; H, K, V >= 1 and HV a
+ * multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite
+ * and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize
+ * are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's and kda's;
+ * state_dtype FLOAT32 or BFLOAT16). On success the new layer's index is written to
+ * *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming
+ * the problem.
  */
 LUMEN_API lumen_status lumen_model_builder_add_layer(lumen_model_builder* builder,
                                                      const lumen_layer_options* options,
@@ -248,8 +256,10 @@ LUMEN_API lumen_status lumen_model_state_count(const lumen_model* model, int32_t
                                                lumen_state_part part, int64_t* out);
 
 /**
- * Writes the bytes a session keeps for layer `layer` (in its stored dtype), or for the whole
- * model if layer is -1. Independent of how many tokens the session has consumed.
+ * Writes the bytes a session keeps for layer `layer` (both parts, in its stored dtype), or,
+ * if layer is -1, the bytes a session allocates for the whole model: the layers' bytes plus
+ * the padding that aligns each layer to 64 bytes. Independent of how many tokens the session
+ * has consumed.
  */
 LUMEN_API lumen_status lumen_model_state_bytes(const lumen_model* model, int32_t layer,
                                                int64_t* out);
@@ -307,6 +317,12 @@ LUMEN_API lumen_status lumen_session_fork(const lumen_session* session, lumen_se
 /** Sets every state to zero and every token count to 0. */
 LUMEN_API lumen_status lumen_session_reset(lumen_session* session);
 
+/**
+ * Writes a new reference to the session's model to *out (free it with lumen_model_destroy),
+ * e.g. to size the buffers of lumen_session_read_state.
+ */
+LUMEN_API lumen_status lumen_session_model(const lumen_session* session, lumen_model** out);
+
 /** Writes how many tokens layer `layer` of the session has consumed to *out. */
 LUMEN_API lumen_status lumen_session_tokens(const lumen_session* session, int32_t layer,
                                             int64_t* out);
@@ -334,8 +350,11 @@ LUMEN_API lumen_status lumen_session_write_state(lumen_session* session, int32_t
 /**
  * The per-token inputs of one layer call. Fill with lumen_layer_inputs_init. Each pointer
  * comes with its element count, checked against the call's shape. g is needed by ssd, gla,
- * gated_delta_net and kda; beta by the delta family; pass NULL and 0 otherwise.
- * Buffers are only read during the call.
+ * gated_delta_net and kda; beta by the delta family; for a layer that does not take one,
+ * the pointer must be NULL and its count 0 (anything else is LUMEN_ERROR_INVALID_ARGUMENT,
+ * as it usually means a mixed-up model). memory other than what the engine's backend reads
+ * (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Buffers are only read during the
+ * call.
  */
 typedef struct lumen_layer_inputs {
   uint32_t struct_size; /* set by init */
@@ -384,7 +403,8 @@ LUMEN_API lumen_status lumen_session_prefill(lumen_session* session, int32_t lay
 
 /**
  * Advances layer `layer` of n distinct sessions of this engine by one token each, in one
- * call. Inputs and output stack a leading n: q [n, H, K], ..., o [n, HV, V]. Returns
+ * call. Inputs and output stack a leading n: q [n, H, K], ..., o [n, HV, V]. n = 0 is a
+ * no-op. Returns
  * LUMEN_ERROR_MODEL_MISMATCH if a session belongs to another engine and
  * LUMEN_ERROR_INVALID_ARGUMENT if a session appears twice; no session changes on any error.
  */
