@@ -20,5 +20,7 @@ install(FILES ${PROJECT_BINARY_DIR}/lumenConfig.cmake
               ${PROJECT_BINARY_DIR}/lumenConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lumen)
 
+# The .pc file finds the prefix relative to itself, so `cmake --install --prefix X` works.
+file(RELATIVE_PATH LUMEN_PC_RELATIVE_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/lumen.pc.in ${PROJECT_BINARY_DIR}/lumen.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/lumen.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -105,8 +105,9 @@ LUMEN_API const char* lumen_status_string(lumen_status status);
 
 /**
  * Returns the message of the last failed call made by the calling thread, or "" if the
- * thread's last call succeeded or it made none. The string is owned by lumen and stays valid
- * until the thread's next lumen call.
+ * thread's last fallible call succeeded or it made none. The string is owned by lumen and
+ * stays valid until the thread's next fallible call (lumen_status_string, the version calls
+ * and the *_init and *_destroy functions leave it alone).
  */
 LUMEN_API const char* lumen_last_error_message(void);
 
@@ -373,7 +374,7 @@ LUMEN_API void lumen_layer_inputs_init(lumen_layer_inputs* inputs);
 /** Where a layer call writes its output o, [T, HV, V]. Fill with lumen_layer_output_init. */
 typedef struct lumen_layer_output {
   uint32_t struct_size; /* set by init */
-  int32_t dtype;        /* lumen_dtype of o; default FLOAT32 */
+  int32_t dtype;        /* lumen_dtype of o: FLOAT32 (default) or the inputs' dtype */
   int32_t memory;       /* lumen_memory of o; default HOST */
   void* o;              /* written only on success */
   int64_t o_count;
