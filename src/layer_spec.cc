@@ -177,7 +177,7 @@ absl::Status LayerSpecFromOptions(const lumen_layer_options& options, LayerSpec*
   return absl::OkStatus();
 }
 
-absl::Status SetLayerParam(LayerSpec& spec, lumen_param param, const float* values,
+absl::Status SetLayerParam(LayerSpec& spec, int32_t param, const float* values,
                            int64_t count) {
   std::vector<float>* target = nullptr;
   int64_t expected = spec.num_value_heads;

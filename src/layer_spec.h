@@ -70,7 +70,7 @@ struct LayerSpec {
 absl::Status LayerSpecFromOptions(const lumen_layer_options& options, LayerSpec* out);
 
 // Sets one parameter array after checking it applies to the layer and has the right size.
-absl::Status SetLayerParam(LayerSpec& spec, lumen_param param, const float* values,
+absl::Status SetLayerParam(LayerSpec& spec, int32_t param, const float* values,
                            int64_t count);
 
 // Checks that every parameter the layer needs is present.

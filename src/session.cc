@@ -34,7 +34,7 @@ void* Session::layer_state(int32_t layer) const {
   return static_cast<char*>(block_) + model().state_offset(layer);
 }
 
-absl::StatusOr<int64_t> Session::PartOffset(int32_t layer, lumen_state_part part,
+absl::StatusOr<int64_t> Session::PartOffset(int32_t layer, int32_t part,
                                             int64_t count) const {
   const LayerSpec& spec = model().layer(layer);
   int64_t expected = 0;
@@ -62,7 +62,7 @@ absl::StatusOr<int64_t> Session::PartOffset(int32_t layer, lumen_state_part part
   return offset;
 }
 
-absl::Status Session::ReadState(int32_t layer, lumen_state_part part, float* out,
+absl::Status Session::ReadState(int32_t layer, int32_t part, float* out,
                                 int64_t count) const {
   absl::StatusOr<int64_t> offset = PartOffset(layer, part, count);
   if (!offset.ok()) return offset.status();
@@ -78,7 +78,7 @@ absl::Status Session::ReadState(int32_t layer, lumen_state_part part, float* out
   return absl::OkStatus();
 }
 
-absl::Status Session::WriteState(int32_t layer, lumen_state_part part, const float* values,
+absl::Status Session::WriteState(int32_t layer, int32_t part, const float* values,
                                  int64_t count) {
   absl::StatusOr<int64_t> offset = PartOffset(layer, part, count);
   if (!offset.ok()) return offset.status();

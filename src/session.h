@@ -35,9 +35,9 @@ class Session {
   void* layer_state(int32_t layer) const;
 
   // Copy one part of a layer's state out as / in from fp32 canonical layout (host memory).
-  absl::Status ReadState(int32_t layer, lumen_state_part part, float* out,
+  absl::Status ReadState(int32_t layer, int32_t part, float* out,
                          int64_t count) const;
-  absl::Status WriteState(int32_t layer, lumen_state_part part, const float* values,
+  absl::Status WriteState(int32_t layer, int32_t part, const float* values,
                           int64_t count);
 
  private:
@@ -45,7 +45,7 @@ class Session {
       : engine_(std::move(engine)), block_(block), tokens_(model().num_layers(), 0) {}
 
   // Locates a part of a layer's state after checking the part and the count.
-  absl::StatusOr<int64_t> PartOffset(int32_t layer, lumen_state_part part,
+  absl::StatusOr<int64_t> PartOffset(int32_t layer, int32_t part,
                                      int64_t count) const;
 
   std::shared_ptr<Engine> engine_;

@@ -57,7 +57,7 @@ lumen_status lumen_model_builder_add_layer(lumen_model_builder* builder,
 }
 
 lumen_status lumen_model_builder_set_param(lumen_model_builder* builder, int32_t layer,
-                                           lumen_param param, const float* values,
+                                           int32_t param, const float* values,
                                            int64_t count) {
   LUMEN_REQUIRE_NOT_NULL(builder);
   if (lumen_status s = CheckLayerIndex(layer, static_cast<int32_t>(builder->layers.size()));
@@ -117,7 +117,7 @@ lumen_status lumen_model_layer_options(const lumen_model* model, int32_t layer,
 }
 
 lumen_status lumen_model_state_count(const lumen_model* model, int32_t layer,
-                                     lumen_state_part part, int64_t* out) {
+                                     int32_t part, int64_t* out) {
   LUMEN_REQUIRE_NOT_NULL(model);
   LUMEN_REQUIRE_NOT_NULL(out);
   if (lumen_status s = CheckLayerIndex(layer, model->model->num_layers()); s != LUMEN_OK) {

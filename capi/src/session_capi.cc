@@ -92,7 +92,7 @@ lumen_status lumen_session_tokens(const lumen_session* session, int32_t layer, i
 }
 
 lumen_status lumen_session_read_state(const lumen_session* session, int32_t layer,
-                                      lumen_state_part part, float* out, int64_t count) {
+                                      int32_t part, float* out, int64_t count) {
   LUMEN_REQUIRE_NOT_NULL(session);
   LUMEN_REQUIRE_NOT_NULL(out);
   if (lumen_status s = CheckLayer(session, layer); s != LUMEN_OK) return s;
@@ -100,7 +100,7 @@ lumen_status lumen_session_read_state(const lumen_session* session, int32_t laye
 }
 
 lumen_status lumen_session_write_state(lumen_session* session, int32_t layer,
-                                       lumen_state_part part, const float* values,
+                                       int32_t part, const float* values,
                                        int64_t count) {
   LUMEN_REQUIRE_NOT_NULL(session);
   LUMEN_REQUIRE_NOT_NULL(values);

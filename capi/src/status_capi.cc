@@ -46,7 +46,7 @@ const char* lumen_version_string(void) {
       LUMEN_VERSION_MINOR) "." LUMEN_STRINGIFY(LUMEN_VERSION_PATCH);
 }
 
-const char* lumen_status_string(lumen_status status) {
+const char* lumen_status_string(int32_t status) {
   switch (status) {
     case LUMEN_OK: return "LUMEN_OK";
     case LUMEN_ERROR_INVALID_ARGUMENT: return "LUMEN_ERROR_INVALID_ARGUMENT";

@@ -5,6 +5,9 @@
 // Uses only the public C API (lumen/lumen.h), as any application would.
 
 #include <lumen/lumen.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -14,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -37,6 +41,8 @@ static_assert(kPrefillChunk <= kPoolTokens, "a prefill chunk is a run of pool to
 constexpr int64_t kDefaultTokens = 100000;
 constexpr int64_t kFirstCheckpoint = 1000;
 constexpr int64_t kSoftmaxKvBytesPerElement = 2;  // bf16
+// Tokens the resumed process and the uninterrupted session step after the snapshot.
+constexpr int64_t kResumeTokens = 32;
 
 using Clock = std::chrono::steady_clock;
 
@@ -71,6 +77,12 @@ struct Args {
   int64_t tokens = kDefaultTokens;
   int64_t prefill = 0;
   int32_t threads = 0;
+  std::string snapshot_dir;  // where the main job saves its snapshot; empty = the temp dir
+  // Set in the second process of the snapshot demonstration: load `resume`, step
+  // kResumeTokens tokens from token `resume_at` and write the outputs to `resume_output`.
+  std::string resume;
+  int64_t resume_at = 0;
+  std::string resume_output;
 };
 
 void PrintUsage(std::FILE* to) {
@@ -87,9 +99,16 @@ void PrintUsage(std::FILE* to) {
                "               %d and report prefill throughput (default 0)\n"
                "  --threads N  worker threads of the engine, caller included (default 0 = all\n"
                "               cores)\n"
-               "  --help       show this text\n",
+               "  --snapshot-dir D  where the run saves its session snapshot (default: $TMPDIR\n"
+               "               or /tmp)\n"
+               "  --help       show this text\n"
+               "\n"
+               "After the stream the session is saved to a file; a second lumen process loads it\n"
+               "and steps %lld more tokens (lumen --resume FILE --resume-at T --resume-output\n"
+               "OUT), and its outputs are compared with the uninterrupted session's.\n",
                static_cast<long long>(kDefaultTokens), kLayers, kHeads, kValueHeads, kKeyDim,
-               static_cast<long long>(kDefaultTokens), kPrefillChunk);
+               static_cast<long long>(kDefaultTokens), kPrefillChunk,
+               static_cast<long long>(kResumeTokens));
 }
 
 int64_t ParseCount(const char* flag, const char* text, int64_t max) {
@@ -122,6 +141,14 @@ Args ParseArgs(int argc, char** argv) {
       args.prefill = ParseCount("--prefill", value, INT64_C(1) << 40);
     } else if (flag == "--threads") {
       args.threads = static_cast<int32_t>(ParseCount("--threads", value, 4096));
+    } else if (flag == "--snapshot-dir") {
+      args.snapshot_dir = value;
+    } else if (flag == "--resume") {
+      args.resume = value;
+    } else if (flag == "--resume-at") {
+      args.resume_at = ParseCount("--resume-at", value, INT64_C(1) << 40);
+    } else if (flag == "--resume-output") {
+      args.resume_output = value;
     } else {
       PrintUsage(stderr);
       Fail("unknown option '" + flag + "'");
@@ -447,6 +474,103 @@ void PrintSummary(const StreamResult& stream, int64_t context, int64_t state_byt
               kv / static_cast<double>(state_bytes));
 }
 
+// ---------------------------------------------------------------------------------------
+// Save, load in a new process, continue
+
+// The outputs of the last layer for kResumeTokens steps after `context` tokens.
+std::vector<float> StepAndCollect(lumen_session* session, const InputPool& pool,
+                                  int64_t context) {
+  Output output(1);
+  std::vector<float> collected;
+  for (int64_t t = 0; t < kResumeTokens; ++t) {
+    StepToken(session, pool, context + t, output);
+    collected.insert(collected.end(), output.o.begin(), output.o.end());
+  }
+  return collected;
+}
+
+// The second process: load the snapshot into a fresh session of the same model, continue,
+// and write the outputs for the first process to compare.
+int RunResumed(const Args& args, lumen_engine* engine, const InputPool& pool) {
+  Owned<lumen_session> session = CreateSession(engine);
+  Check(lumen_session_load(session.get(), args.resume.c_str()), "lumen_session_load");
+  CheckTokenCounts(session.get(), args.resume_at);
+  const std::vector<float> outputs = StepAndCollect(session.get(), pool, args.resume_at);
+  std::ofstream file(args.resume_output, std::ios::binary);
+  file.write(reinterpret_cast<const char*>(outputs.data()),
+             static_cast<std::streamsize>(outputs.size() * sizeof(float)));
+  if (!file) Fail("cannot write '" + args.resume_output + "'");
+  return 0;
+}
+
+std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(file)), {});
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+// Runs this program again as `lumen --resume ...` and waits for it.
+void SpawnResumed(const Args& args, const std::string& snapshot, int64_t context,
+                  const std::string& output) {
+  const std::string threads = std::to_string(args.threads);
+  const std::string at = std::to_string(context);
+  std::vector<std::string> argv_strings = {"lumen",        "--threads",       threads,
+                                           "--resume",     snapshot,          "--resume-at",
+                                           at,             "--resume-output", output};
+  std::vector<char*> argv;
+  for (std::string& arg : argv_strings) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) {
+    Fail("cannot start a second lumen process");
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    Fail("the resumed lumen process failed");
+  }
+}
+
+// Saves the session, continues it here and in a new process that loads the file, and shows
+// that both continue identically.
+void DemonstrateSnapshot(const Args& args, lumen_session* session, const InputPool& pool,
+                         int64_t context) {
+  std::string dir = args.snapshot_dir;
+  if (dir.empty()) dir = std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp";
+  const std::string snapshot = dir + "/lumen-main-job-" + std::to_string(getpid()) + ".snap";
+  const std::string resumed_output = snapshot + ".outputs";
+
+  const Clock::time_point save_start = Clock::now();
+  Check(lumen_session_save(session, snapshot.c_str(), nullptr), "lumen_session_save");
+  const double save_ms = Seconds(Clock::now() - save_start) * 1e3;
+  int64_t snapshot_bytes = 0;
+  Check(lumen_session_snapshot_size(session, nullptr, &snapshot_bytes),
+        "lumen_session_snapshot_size");
+
+  const std::vector<float> uninterrupted = StepAndCollect(session, pool, context);
+  SpawnResumed(args, snapshot, context, resumed_output);
+  const std::vector<float> resumed = ReadFloats(resumed_output);
+  std::remove(snapshot.c_str());
+  std::remove(resumed_output.c_str());
+
+  if (resumed.size() != uninterrupted.size()) Fail("the resumed process wrote no outputs");
+  double max_diff = 0;
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(double{resumed[i]} - uninterrupted[i]));
+  }
+  const bool identical =
+      std::memcmp(resumed.data(), uninterrupted.data(), resumed.size() * sizeof(float)) == 0;
+  std::printf("\nsnapshot: saved the session at %lld tokens to a file (%s, fsync'd, %.1f ms);\n"
+              "          a new process loaded it and stepped %lld more tokens: its %zu outputs\n"
+              "          %s the uninterrupted session's (max |diff| = %g)\n",
+              static_cast<long long>(context),
+              FormatBytes(static_cast<double>(snapshot_bytes)).c_str(), save_ms,
+              static_cast<long long>(kResumeTokens), resumed.size(),
+              identical ? "equal, bit for bit," : "DIFFER from", max_diff);
+  if (!identical) Fail("the resumed session diverged from the uninterrupted one");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -463,6 +587,8 @@ int main(int argc, char** argv) {
   Check(lumen_model_state_bytes(model.get(), -1, &state_bytes), "lumen_model_state_bytes");
   const InputPool pool = MakeInputPool(rng);
 
+  if (!args.resume.empty()) return RunResumed(args, engine.get(), pool);
+
   PrintHeader(args, backend, state_bytes);
   if (args.prefill > 0) RunPrefill(session.get(), pool, args.prefill);
   if (args.tokens > 0) {
@@ -471,5 +597,6 @@ int main(int argc, char** argv) {
     PrintSummary(stream, args.prefill + args.tokens, state_bytes);
   }
   CheckTokenCounts(session.get(), args.prefill + args.tokens);
+  DemonstrateSnapshot(args, session.get(), pool, args.prefill + args.tokens);
   return 0;
 }

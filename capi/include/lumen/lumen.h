@@ -21,6 +21,8 @@
  *   - Options structs start with struct_size and are filled by their *_options_init(); new
  *     fields are only ever added at the end.
  *   - Element counts are int64_t and count elements of the buffer's dtype, not bytes.
+ *   - Enumerations travel as int32_t in parameters and struct fields, so any value a caller
+ *     or a binding passes is well defined; unknown values are rejected with a message.
  *   - Memory: unless a call says otherwise, every pointer is host memory. Input and output
  *     structs carry a `memory` field so that GPU backends can take device pointers without an
  *     ABI change; the CPU backend accepts LUMEN_MEMORY_HOST only.
@@ -100,8 +102,11 @@ typedef enum lumen_status {
   LUMEN_ERROR_IO = 11
 } lumen_status;
 
-/** Returns a static, human-readable name for a status ("LUMEN_OK", ...); never NULL. */
-LUMEN_API const char* lumen_status_string(lumen_status status);
+/**
+ * Returns a static, human-readable name for a lumen_status value ("LUMEN_OK", ...), or
+ * "LUMEN_ERROR_UNKNOWN_STATUS" for any other value; never NULL. Thread-safe.
+ */
+LUMEN_API const char* lumen_status_string(int32_t status);
 
 /**
  * Returns the message of the last failed call made by the calling thread, or "" if the
@@ -228,7 +233,7 @@ LUMEN_API lumen_status lumen_model_builder_add_layer(lumen_model_builder* builde
  * values that are not finite (decays must lie in (0, 1)).
  */
 LUMEN_API lumen_status lumen_model_builder_set_param(lumen_model_builder* builder, int32_t layer,
-                                                     lumen_param param, const float* values,
+                                                     int32_t param, const float* values,
                                                      int64_t count);
 
 /**
@@ -254,7 +259,7 @@ LUMEN_API lumen_status lumen_model_layer_options(const lumen_model* model, int32
  * (HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer keeps none).
  */
 LUMEN_API lumen_status lumen_model_state_count(const lumen_model* model, int32_t layer,
-                                               lumen_state_part part, int64_t* out);
+                                               int32_t part, int64_t* out);
 
 /**
  * Writes the bytes a session keeps for layer `layer` (both parts, in its stored dtype), or,
@@ -333,7 +338,7 @@ LUMEN_API lumen_status lumen_session_tokens(const lumen_session* session, int32_
  * ([HV, K, V] or [HV, K]). count must equal lumen_model_state_count. Host memory.
  */
 LUMEN_API lumen_status lumen_session_read_state(const lumen_session* session, int32_t layer,
-                                                lumen_state_part part, float* out, int64_t count);
+                                                int32_t part, float* out, int64_t count);
 
 /**
  * Overwrites one part of layer `layer`'s state from values[0..count) (fp32, canonical layout;
@@ -341,7 +346,7 @@ LUMEN_API lumen_status lumen_session_read_state(const lumen_session* session, in
  * count is unchanged. Rejects non-finite values. Host memory.
  */
 LUMEN_API lumen_status lumen_session_write_state(lumen_session* session, int32_t layer,
-                                                 lumen_state_part part, const float* values,
+                                                 int32_t part, const float* values,
                                                  int64_t count);
 
 /* ------------------------------------------------------------------------------------------ */
