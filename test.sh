@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-packages=(cmake g++ make pkg-config libabsl-dev libxxhash-dev catch2 nlohmann-json3-dev)
+packages=(cmake g++ make pkg-config libabsl-dev libxxhash-dev catch2 nlohmann-json3-dev
+          clang-14 libclang-rt-14-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" 2>/dev/null | grep '^Status: install ok installed' >/dev/null ||

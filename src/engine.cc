@@ -1,6 +1,7 @@
 #include "src/engine.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "src/session.h"
@@ -12,6 +13,37 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
   if (!backend.ok()) return backend.status();
   return std::shared_ptr<Engine>(new Engine(std::move(model), *std::move(backend)));
+}
+
+Engine::~Engine() {
+  if (spare_state_ != nullptr) backend_->FreeState(spare_state_);
+}
+
+absl::StatusOr<void*> Engine::TakeSpareState() {
+  {
+    std::lock_guard<std::mutex> lock(spare_mutex_);
+    if (spare_state_ != nullptr) return std::exchange(spare_state_, nullptr);
+  }
+  return backend_->AllocateState(model_->state_bytes());
+}
+
+void Engine::ReturnSpareState(void* block) {
+  {
+    std::lock_guard<std::mutex> lock(spare_mutex_);
+    if (spare_state_ == nullptr) {
+      spare_state_ = block;
+      return;
+    }
+  }
+  backend_->FreeState(block);
+}
+
+void Engine::RunConcurrently(const std::function<void()>& first,
+                             const std::function<void()>& second) {
+  std::lock_guard<std::mutex> lock(pair_mutex_);
+  if (pair_pool_ == nullptr) pair_pool_ = std::make_unique<ThreadPool>(2);
+  // Tasks are claimed in order, so `first` always starts: `second` may wait on it.
+  pair_pool_->ParallelFor(2, [&](int64_t task, int32_t) { task == 0 ? first() : second(); });
 }
 
 absl::StatusOr<std::unique_ptr<Session>> Engine::CreateSession() {

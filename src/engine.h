@@ -2,13 +2,16 @@
 // An engine binds a model to a backend and runs layer calls for its sessions.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "lumen/lumen.h"
 #include "src/backend.h"
 #include "src/model.h"
+#include "src/thread_pool.h"
 
 namespace lumen {
 
@@ -34,6 +37,19 @@ class Engine : public std::enable_shared_from_this<Engine> {
                        absl::Span<const int32_t> cu_seqlens, const lumen_layer_inputs& inputs,
                        lumen_layer_output& output);
 
+  // A state block for a session of this model whose contents are undefined. Restores fill
+  // one and swap it with the session's, so they never half-update a session and never pay
+  // for a fresh allocation twice: the swapped-out block comes back with ReturnSpareState.
+  absl::StatusOr<void*> TakeSpareState();
+  void ReturnSpareState(void* block);
+
+  // Runs first() and second() at the same time on two threads (snapshot copies and their
+  // checksums overlap this way) and returns when both are done.
+  void RunConcurrently(const std::function<void()>& first,
+                       const std::function<void()>& second);
+
+  ~Engine();
+
  private:
   Engine(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend)
       : model_(std::move(model)), backend_(std::move(backend)) {}
@@ -45,6 +61,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
+
+  std::mutex spare_mutex_;
+  void* spare_state_ = nullptr;  // guarded by spare_mutex_
+
+  std::mutex pair_mutex_;                 // one RunConcurrently at a time
+  std::unique_ptr<ThreadPool> pair_pool_;  // two threads, made on first use
 };
 
 }  // namespace lumen

@@ -4,9 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "src/checksum.h"
 
 namespace lumen {
 namespace {
@@ -44,7 +42,7 @@ uint64_t Fingerprint(const std::vector<LayerSpec>& layers) {
     AppendArray(bytes, layer.dt_bias);
     AppendArray(bytes, layer.decay);
   }
-  return XXH3_64bits(bytes.data(), bytes.size());
+  return Checksum(bytes.data(), static_cast<int64_t>(bytes.size()));
 }
 
 }  // namespace

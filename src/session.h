@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,7 +20,7 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  const Engine& engine() const { return *engine_; }
+  Engine& engine() const { return *engine_; }
   const Model& model() const { return engine_->model(); }
 
   // A deep copy on the same engine.
@@ -33,6 +34,10 @@ class Session {
   // The layer's state in backend memory: the matrix [HV, K, V], then the normalizer [HV, K],
   // both in the layer's stored dtype.
   void* layer_state(int32_t layer) const;
+
+  // Makes `block` (a full state block of this engine) the session's state and returns the
+  // block it replaces.
+  void* ExchangeBlock(void* block) { return std::exchange(block_, block); }
 
   // Copy one part of a layer's state out as / in from fp32 canonical layout (host memory).
   absl::Status ReadState(int32_t layer, int32_t part, float* out,

@@ -1,15 +1,17 @@
 #include "src/snapshot.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/checksum.h"
 #include "src/dtype_convert.h"
 #include "src/status.h"
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "lumen's snapshot code stores the host's floats as they are: little-endian hosts only"
@@ -106,6 +108,42 @@ absl::Status CheckLayerRecord(const char* record, int32_t index, const LayerSpec
   return absl::OkStatus();
 }
 
+// Below this many payload bytes a second thread costs more than it saves.
+constexpr int64_t kConcurrentBytes = int64_t{1} << 20;
+
+// The payload cut into blocks of whole elements: block i covers elements
+// [first, first + count) of one layer's state.
+struct PayloadBlock {
+  int32_t layer;
+  int64_t first;
+  int64_t count;
+};
+
+std::vector<PayloadBlock> PayloadBlocks(const Model& model) {
+  std::vector<PayloadBlock> blocks;
+  const int64_t per_block = kBlockBytes / 4;
+  for (int32_t i = 0; i < model.num_layers(); ++i) {
+    const LayerSpec& spec = model.layer(i);
+    const int64_t count = spec.matrix_count() + spec.normalizer_count();
+    for (int64_t first = 0; first < count; first += per_block) {
+      blocks.push_back({i, first, std::min(per_block, count - first)});
+    }
+  }
+  return blocks;
+}
+
+// Runs `copy` and then `hash`, concurrently when the payload is large. `hash` may wait for
+// `copy`'s progress; `copy` never waits, so the pair always finishes.
+void CopyAndHash(Engine& engine, int64_t payload_bytes, const std::function<void()>& copy,
+                 const std::function<void()>& hash) {
+  if (payload_bytes < kConcurrentBytes) {
+    copy();
+    hash();
+  } else {
+    engine.RunConcurrently(copy, hash);
+  }
+}
+
 }  // namespace
 
 int64_t SnapshotSize(const Model& model, DType dtype) {
@@ -147,57 +185,68 @@ absl::Status WriteSnapshot(const Session& session, DType dtype, void* buffer,
     PutU64(record + 40, static_cast<uint64_t>(PayloadBytes(spec, dtype)));
   }
 
-  XXH3_state_t hash;
-  XXH3_64bits_reset(&hash);
-  XXH3_64bits_update(&hash, out, record - out);
+  // The copy writes the payload block by block and publishes its progress; the checksum
+  // follows it, hashing each block once it is written.
   char* payload = record;
-  std::vector<char> staging;
-  Backend& backend = session.engine().backend();
-  for (int32_t i = 0; i < model.num_layers(); ++i) {
-    const LayerSpec& spec = model.layer(i);
-    const int64_t count = spec.matrix_count() + spec.normalizer_count();
-    const int64_t stored_size = DTypeSize(spec.state_dtype);
-    const int64_t out_size = DTypeSize(dtype);
-    const char* state = static_cast<const char*>(session.layer_state(i));
-    // Move whole elements per block, so each block converts on its own.
-    const int64_t block_count = kBlockBytes / 4;
-    for (int64_t first = 0; first < count; first += block_count) {
-      const int64_t n = std::min(block_count, count - first);
-      char* dst = payload + first * out_size;
-      if (spec.state_dtype == dtype) {
-        absl::Status status = backend.StateToHost(dst, state + first * stored_size, n * out_size);
-        if (!status.ok()) return status;
-      } else {
-        staging.resize(n * stored_size);
-        absl::Status status =
-            backend.StateToHost(staging.data(), state + first * stored_size, n * stored_size);
-        if (!status.ok()) return status;
-        ConvertState(staging.data(), spec.state_dtype, dst, dtype, n);
-      }
-      XXH3_64bits_update(&hash, dst, n * out_size);
+  const std::vector<PayloadBlock> blocks = PayloadBlocks(model);
+  std::vector<char*> block_out(blocks.size());
+  {
+    char* at = payload;
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      block_out[b] = at;
+      at += blocks[b].count * DTypeSize(dtype);
     }
-    payload += count * out_size;
   }
-  PutU64(payload, XXH3_64bits_digest(&hash));
+  std::vector<char> staging(kBlockBytes);
+  Backend& backend = session.engine().backend();
+  std::atomic<size_t> copied{0};
+  std::atomic<bool> copy_failed{false};
+  absl::Status copy_status;
+  auto copy = [&] {
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const LayerSpec& spec = model.layer(blocks[b].layer);
+      const int64_t stored_size = DTypeSize(spec.state_dtype);
+      const char* src = static_cast<const char*>(session.layer_state(blocks[b].layer)) +
+                        blocks[b].first * stored_size;
+      if (spec.state_dtype == dtype) {
+        copy_status = backend.StateToHost(block_out[b], src, blocks[b].count * stored_size);
+      } else {
+        copy_status = backend.StateToHost(staging.data(), src, blocks[b].count * stored_size);
+        if (copy_status.ok()) {
+          ConvertState(staging.data(), spec.state_dtype, block_out[b], dtype, blocks[b].count);
+        }
+      }
+      if (!copy_status.ok()) {
+        copy_failed.store(true, std::memory_order_release);
+        return;
+      }
+      copied.store(b + 1, std::memory_order_release);
+    }
+  };
+  uint64_t checksum = 0;
+  auto hash = [&] {
+    ChecksumStream stream;
+    stream.Update(out, payload - out);
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      while (copied.load(std::memory_order_acquire) <= b) {
+        if (copy_failed.load(std::memory_order_acquire)) return;
+        std::this_thread::yield();
+      }
+      stream.Update(block_out[b], blocks[b].count * DTypeSize(dtype));
+    }
+    checksum = stream.Digest();
+  };
+  CopyAndHash(session.engine(), size - (payload - out) - kSnapshotChecksumBytes, copy, hash);
+  if (!copy_status.ok()) return copy_status;
+  PutU64(out + size - kSnapshotChecksumBytes, checksum);
   return absl::OkStatus();
 }
 
-absl::Status RestoreSnapshot(Session& session, const void* data, int64_t size) {
-  const Model& model = session.model();
-  const char* in = static_cast<const char*>(data);
-  if (in == nullptr) return absl::InvalidArgumentError("snapshot data is NULL");
-  if (size < kSnapshotHeaderBytes + kSnapshotChecksumBytes) {
-    return Corrupt(absl::StrCat("truncated: ", size, " bytes, a snapshot has at least ",
-                                kSnapshotHeaderBytes + kSnapshotChecksumBytes));
-  }
-  if (std::memcmp(in, kSnapshotMagic, 8) != 0) {
-    return Corrupt("not a lumen snapshot (its first 8 bytes are not \"LUMENSNP\")");
-  }
-  // Every format version ends with the checksum of all the bytes before it, so damage is
-  // told apart from a newer version before anything else is read.
-  if (XXH3_64bits(in, size - kSnapshotChecksumBytes) != GetU64(in + size - 8)) {
-    return Corrupt("checksum mismatch: the bytes are truncated or damaged");
-  }
+namespace {
+
+// Checks everything but the checksum: format version, the model, and the records' fields
+// and sizes. Returns the first problem in the order docs/snapshot_format.md gives.
+absl::Status CheckStructure(const Model& model, const char* in, int64_t size) {
   const uint32_t version = GetU32(in + 8);
   if (version > kSnapshotFormatVersion) {
     const uint32_t writer = GetU32(in + 12);
@@ -209,6 +258,7 @@ absl::Status RestoreSnapshot(Session& session, const void* data, int64_t size) {
                                    kSnapshotFormatVersion));
   }
   if (version == 0) return Corrupt("format version 0");
+  if (GetU32(in + 28) != 0) return Corrupt("reserved flags are set");
   const uint32_t num_layers = GetU32(in + 24);
   if (num_layers != static_cast<uint32_t>(model.num_layers())) {
     return Mismatch(absl::StrCat("it has ", num_layers, " layers, the session's model has ",
@@ -234,28 +284,77 @@ absl::Status RestoreSnapshot(Session& session, const void* data, int64_t size) {
     return Corrupt(absl::StrCat("it is ", size, " bytes, its layer records add up to ",
                                 expected_size));
   }
+  return absl::OkStatus();
+}
 
-  // Everything is checked: now the state changes.
-  Backend& backend = session.engine().backend();
-  const char* payload = records + num_layers * kSnapshotLayerRecordBytes;
+bool ChecksumMatches(const char* in, int64_t size) {
+  return Checksum(in, size - kSnapshotChecksumBytes) ==
+         GetU64(in + size - kSnapshotChecksumBytes);
+}
+
+absl::Status ChecksumMismatch() {
+  return Corrupt("checksum mismatch: the bytes are truncated or damaged");
+}
+
+}  // namespace
+
+absl::Status RestoreSnapshot(Session& session, const void* data, int64_t size) {
+  const Model& model = session.model();
+  const char* in = static_cast<const char*>(data);
+  if (size < kSnapshotHeaderBytes + kSnapshotChecksumBytes) {
+    return Corrupt(absl::StrCat("truncated: ", size, " bytes, a snapshot has at least ",
+                                kSnapshotHeaderBytes + kSnapshotChecksumBytes));
+  }
+  if (std::memcmp(in, kSnapshotMagic, 8) != 0) {
+    return Corrupt("not a lumen snapshot (its first 8 bytes are not \"LUMENSNP\")");
+  }
+  // Every format version ends with the checksum of all the bytes before it, so damage is
+  // reported as such before anything the damaged bytes say.
+  absl::Status structure = CheckStructure(model, in, size);
+  if (!structure.ok()) return ChecksumMatches(in, size) ? structure : ChecksumMismatch();
+
+  // The payload goes into a spare block while the checksum is computed; only a verified
+  // block replaces the session's, so a failure at any point leaves the session as it was.
+  Engine& engine = session.engine();
+  absl::StatusOr<void*> spare = engine.TakeSpareState();
+  if (!spare.ok()) return spare.status();
+  const char* records = in + kSnapshotHeaderBytes;
+  const char* payload = records + model.num_layers() * kSnapshotLayerRecordBytes;
   std::vector<char> staging;
   for (int32_t i = 0; i < model.num_layers(); ++i) {
     const LayerSpec& spec = model.layer(i);
-    const char* record = records + i * kSnapshotLayerRecordBytes;
-    const DType dtype = static_cast<DType>(GetU32(record + 20));
-    const int64_t count = spec.matrix_count() + spec.normalizer_count();
-    void* state = session.layer_state(i);
-    absl::Status status;
-    if (dtype == spec.state_dtype) {
-      status = backend.StateFromHost(state, payload, count * DTypeSize(dtype));
-    } else {
-      staging.resize(count * DTypeSize(spec.state_dtype));
-      ConvertState(payload, dtype, staging.data(), spec.state_dtype, count);
-      status = backend.StateFromHost(state, staging.data(), staging.size());
+    if (static_cast<DType>(GetU32(records + i * kSnapshotLayerRecordBytes + 20)) !=
+        spec.state_dtype) {
+      staging.resize(std::max<size_t>(staging.size(), spec.state_bytes()));
     }
-    if (!status.ok()) return status;
-    payload += count * DTypeSize(dtype);
   }
+  absl::Status copy_status;
+  auto copy = [&] {
+    const char* at = payload;
+    for (int32_t i = 0; i < model.num_layers() && copy_status.ok(); ++i) {
+      const LayerSpec& spec = model.layer(i);
+      const DType dtype =
+          static_cast<DType>(GetU32(records + i * kSnapshotLayerRecordBytes + 20));
+      const int64_t count = spec.matrix_count() + spec.normalizer_count();
+      void* state = static_cast<char*>(*spare) + model.state_offset(i);
+      if (dtype == spec.state_dtype) {
+        copy_status = engine.backend().StateFromHost(state, at, count * DTypeSize(dtype));
+      } else {
+        ConvertState(at, dtype, staging.data(), spec.state_dtype, count);
+        copy_status = engine.backend().StateFromHost(state, staging.data(), spec.state_bytes());
+      }
+      at += count * DTypeSize(dtype);
+    }
+  };
+  bool checksum_ok = false;
+  auto hash = [&] { checksum_ok = ChecksumMatches(in, size); };
+  CopyAndHash(engine, size - (payload - in) - kSnapshotChecksumBytes, copy, hash);
+  if (!copy_status.ok() || !checksum_ok) {
+    engine.ReturnSpareState(*spare);
+    return copy_status.ok() ? ChecksumMismatch() : copy_status;
+  }
+
+  engine.ReturnSpareState(session.ExchangeBlock(*spare));
   for (int32_t i = 0; i < model.num_layers(); ++i) {
     session.SetTokens(i, static_cast<int64_t>(GetU64(records + i * kSnapshotLayerRecordBytes + 32)));
   }

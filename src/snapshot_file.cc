@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -110,10 +111,12 @@ absl::Status LoadSnapshotFile(Session& session, const std::string& path) {
                                    " bytes, more than any snapshot of this model (", limit,
                                    ")"));
   }
-  std::vector<char> bytes(info.st_size);
+  // Left uninitialised: the read fills it, and zeroing would cost a pass over the bytes.
+  const int64_t size = info.st_size;
+  std::unique_ptr<char[]> bytes(new char[size]);
   int64_t done = 0;
-  while (done < static_cast<int64_t>(bytes.size())) {
-    const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);
+  while (done < size) {
+    const ssize_t got = ::read(fd, bytes.get() + done, size - done);
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) {
       const int error = errno;
@@ -124,7 +127,7 @@ absl::Status LoadSnapshotFile(Session& session, const std::string& path) {
     done += got;
   }
   ::close(fd);
-  return RestoreSnapshot(session, bytes.data(), done);
+  return RestoreSnapshot(session, bytes.get(), done);
 }
 
 }  // namespace lumen

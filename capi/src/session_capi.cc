@@ -20,10 +20,6 @@ lumen_status CheckLayer(const lumen_session* session, int32_t layer) {
   return LUMEN_OK;
 }
 
-// The engine that owns a session; layer calls on one session run through it.
-lumen::Engine& EngineOf(lumen_session* session) {
-  return const_cast<lumen::Engine&>(session->session->engine());
-}
 
 }  // namespace
 
@@ -116,7 +112,7 @@ lumen_status lumen_session_step(lumen_session* session, int32_t layer,
   LUMEN_REQUIRE_NOT_NULL(output);
   return Guard([&] {
     lumen::Session* sessions[] = {session->session.get()};
-    return FromStatus(EngineOf(session).Step(layer, sessions, *inputs, *output));
+    return FromStatus(session->session->engine().Step(layer, sessions, *inputs, *output));
   });
 }
 
@@ -133,7 +129,7 @@ lumen_status lumen_session_prefill(lumen_session* session, int32_t layer, int32_
   return Guard([&] {
     lumen::Session* sessions[] = {session->session.get()};
     const int32_t cu_seqlens[] = {0, num_tokens};
-    return FromStatus(EngineOf(session).Prefill(layer, sessions, cu_seqlens, *inputs, *output));
+    return FromStatus(session->session->engine().Prefill(layer, sessions, cu_seqlens, *inputs, *output));
   });
 }
 

@@ -444,7 +444,7 @@ LUMEN_API lumen_status lumen_engine_prefill_varlen(lumen_engine* engine, int32_t
 typedef struct lumen_snapshot_options {
   uint32_t struct_size; /* set by init */
   /** lumen_dtype of the stored state: FLOAT32 (default, exact) or BFLOAT16 (half the size,
-   *  rounded to nearest even: relative error at most 2^-9 per element). */
+   *  rounded to nearest even: relative error at most 2^-8 per element). */
   int32_t state_dtype;
 } lumen_snapshot_options;
 
@@ -471,7 +471,10 @@ LUMEN_API lumen_status lumen_session_snapshot(const lumen_session* session,
 
 /**
  * Replaces the session's state and token counts with those of a snapshot (host memory,
- * only read). All or nothing: on any error the session is exactly as before. Returns
+ * only read), exactly as saved (an fp32 snapshot restores bit for bit, whatever values it
+ * holds). All or nothing: on any error the session is exactly as before. The payload is
+ * copied into a spare state block while its checksum is verified, then swapped in; the
+ * engine keeps the swapped-out block for its next restore (one block per engine). Returns
  * LUMEN_ERROR_CORRUPT_SNAPSHOT for truncated or damaged bytes, LUMEN_ERROR_SNAPSHOT_VERSION
  * for a newer format, LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from the
  * session's (the message says which layer and what differs).
