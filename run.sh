@@ -1,25 +1,8 @@
 #!/usr/bin/env bash
-# Runs lumen's main job on a fresh Debian 12 machine: installs what the build needs (only if
-# something is missing), configures and builds in ./build, then runs the `lumen` program's
-# default run on the embedded default backend (CPU, or the GPU where one is present).
-# Arguments are passed to the program, e.g. ./run.sh --tokens 20000 --prefill 4096.
+# The main job on a fresh Debian 12 machine: sets up and builds (setup.sh), then runs the
+# `lumen` program's default run on the embedded default backend (CPU, or the GPU where one
+# is present). Arguments go to the program, e.g. ./run.sh --tokens 20000 --prefill 4096.
 set -euo pipefail
 cd "$(dirname "$0")"
-
-packages=(cmake g++ make pkg-config libabsl-dev libxxhash-dev catch2 nlohmann-json3-dev)
-missing=()
-for package in "${packages[@]}"; do
-  dpkg -s "$package" 2>/dev/null | grep '^Status: install ok installed' >/dev/null ||
-    missing+=("$package")
-done
-if ((${#missing[@]})); then
-  sudo=""
-  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
-  $sudo apt-get update
-  $sudo env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends "${packages[@]}"
-fi
-
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
-cmake --build build -j"$(nproc)"
+./setup.sh
 build/src/cli/lumen "$@"

@@ -158,10 +158,7 @@ absl::Status Engine::RunLayer(bool chunkwise, int32_t layer,
                               absl::Span<Session* const> sessions,
                               std::vector<int32_t> cu_seqlens, const lumen_layer_inputs& inputs,
                               lumen_layer_output& output) {
-  if (!model_->has_layer(layer)) {
-    return absl::OutOfRangeError(absl::StrCat("layer ", layer, " is out of range: the model has ",
-                                              model_->num_layers(), " layers"));
-  }
+  if (absl::Status status = model_->CheckLayer(layer); !status.ok()) return status;
   LayerRun run;
   run.chunkwise = chunkwise;
   run.states.reserve(sessions.size());

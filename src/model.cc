@@ -58,6 +58,16 @@ absl::StatusOr<Model> Model::Create(std::vector<LayerSpec> layers) {
   return Model(std::move(layers));
 }
 
+absl::Status CheckLayerIndex(int32_t layer, int32_t num_layers) {
+  if (layer >= 0 && layer < num_layers) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat("layer ", layer, " is out of range: the model has ",
+                                            num_layers, " layers"));
+}
+
+absl::Status Model::CheckLayer(int32_t index) const {
+  return CheckLayerIndex(index, num_layers());
+}
+
 Model::Model(std::vector<LayerSpec> layers) : layers_(std::move(layers)) {
   offsets_.reserve(layers_.size() + 1);
   int64_t offset = 0;

@@ -16,7 +16,8 @@ class Model {
 
   int32_t num_layers() const { return static_cast<int32_t>(layers_.size()); }
   const LayerSpec& layer(int32_t index) const { return layers_[index]; }
-  bool has_layer(int32_t index) const { return index >= 0 && index < num_layers(); }
+  // OK, or LUMEN_ERROR_OUT_OF_RANGE naming the index and the number of layers.
+  absl::Status CheckLayer(int32_t index) const;
 
   // Byte offset of each layer's state inside a session's state block, and the total.
   int64_t state_offset(int32_t index) const { return offsets_[index]; }
@@ -33,6 +34,9 @@ class Model {
   std::vector<int64_t> offsets_;  // [num_layers + 1]
   uint64_t fingerprint_ = 0;
 };
+
+// OK when 0 <= layer < num_layers, else an out-of-range error that says so.
+absl::Status CheckLayerIndex(int32_t layer, int32_t num_layers);
 
 // Layer states start on this alignment inside a session's block (a cache line, and a
 // multiple of every SIMD width the kernels use).

@@ -11,12 +11,7 @@ using lumen::capi::Ok;
 namespace {
 
 lumen_status CheckLayerIndex(int32_t layer, int32_t num_layers) {
-  if (layer < 0 || layer >= num_layers) {
-    return Fail(LUMEN_ERROR_OUT_OF_RANGE,
-                absl::StrCat("layer ", layer, " is out of range: the model has ", num_layers,
-                             " layers"));
-  }
-  return LUMEN_OK;
+  return FromStatus(lumen::CheckLayerIndex(layer, num_layers));
 }
 
 }  // namespace

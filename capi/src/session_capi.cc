@@ -11,15 +11,8 @@ using lumen::capi::Ok;
 namespace {
 
 lumen_status CheckLayer(const lumen_session* session, int32_t layer) {
-  const int32_t num_layers = session->session->model().num_layers();
-  if (layer < 0 || layer >= num_layers) {
-    return Fail(LUMEN_ERROR_OUT_OF_RANGE,
-                absl::StrCat("layer ", layer, " is out of range: the model has ", num_layers,
-                             " layers"));
-  }
-  return LUMEN_OK;
+  return FromStatus(session->session->model().CheckLayer(layer));
 }
-
 
 }  // namespace
 

@@ -25,7 +25,8 @@
  *     or a binding passes is well defined; unknown values are rejected with a message.
  *   - Memory: unless a call says otherwise, every pointer is host memory. Input and output
  *     structs carry a `memory` field so that GPU backends can take device pointers without an
- *     ABI change; the CPU backend accepts LUMEN_MEMORY_HOST only.
+ *     ABI change; the CPU backend accepts LUMEN_MEMORY_HOST only. A GPU stream will arrive the
+ *     same way, as a field appended to lumen_engine_options or lumen_layer_inputs.
  *   - Thread safety: models are immutable and may be shared freely. An engine may be called
  *     from several threads at once (its layer calls take turns on its worker threads). A
  *     session must not be used by two calls at the same time, including calls that only read

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Prepares a Debian 12 machine and builds lumen in ./build: installs the packages that are
+# missing (through sudo when not root), then configures and builds. run.sh and test.sh call
+# it; with --tests it also installs what the tests need.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+packages=(cmake g++ make pkg-config libabsl-dev libxxhash-dev)
+if [[ "${1:-}" == "--tests" ]]; then
+  packages+=(catch2 nlohmann-json3-dev clang-14 libclang-rt-14-dev)
+fi
+missing=()
+for package in "${packages[@]}"; do
+  dpkg -s "$package" 2>/dev/null | grep -q '^Status: install ok installed' ||
+    missing+=("$package")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  $sudo apt-get update
+  $sudo env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$(nproc)"
