@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "backends/cpu/head_kernels.h"
+#include "backends/cpu/kernel_targets.h"
 #include "backends/cpu/small_matmul.h"
 
 namespace lumen::cpu {
@@ -260,6 +261,7 @@ void UpdateState(const HeadRule& rule, const HeadSequence& seq, int32_t length, 
 
 }  // namespace
 
+LUMEN_CPU_KERNEL
 void RunChunkwise(const HeadRule& rule, const HeadSequence& seq, float* state,
                   float* normalizer, ChunkWorkspace* workspace) {
   if (seq.num_tokens <= 0) return;

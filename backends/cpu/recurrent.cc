@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backends/cpu/head_kernels.h"
+#include "backends/cpu/kernel_targets.h"
 
 namespace lumen::cpu {
 namespace {
@@ -95,6 +96,7 @@ void NormalizeToken(int32_t key_dim, int32_t value_dim, const float* q, const fl
 
 }  // namespace
 
+LUMEN_CPU_KERNEL
 void RunRecurrent(const HeadRule& rule, const HeadSequence& seq, float* state,
                   float* normalizer) {
   const int32_t key_dim = seq.key_dim;
