@@ -22,11 +22,12 @@ inline uint32_t FloatToBits(float value) {
 
 inline float BFloat16ToFloat(uint16_t value) { return BitsToFloat(uint32_t{value} << 16); }
 
+// Branch-free, so that loops over it vectorise.
 inline uint16_t FloatToBFloat16(float value) {
-  uint32_t bits = FloatToBits(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
+  const uint32_t bits = FloatToBits(value);
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x40u;
+  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 inline float Float16ToFloat(uint16_t value) {

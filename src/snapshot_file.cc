@@ -5,12 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/checksum.h"
 #include "src/snapshot.h"
+#include "src/snapshot_format.h"
 #include "src/status.h"
 
 namespace lumen {
@@ -68,16 +71,122 @@ class TemporaryFile {
   bool kept_ = false;
 };
 
+// Reads up to `size` bytes, retrying short reads; fewer only at the end of the file.
+absl::StatusOr<int64_t> ReadUpTo(int fd, char* data, int64_t size, const std::string& path) {
+  int64_t done = 0;
+  while (done < size) {
+    const ssize_t got = ::read(fd, data + done, static_cast<size_t>(size - done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return IoError("read", path, errno);
+    if (got == 0) break;
+    done += got;
+  }
+  return done;
+}
+
+// Reads `size` bytes or reports the file as truncated (it shrank while being read).
+absl::Status ReadExactly(int fd, char* data, int64_t size, const std::string& path) {
+  absl::StatusOr<int64_t> got = ReadUpTo(fd, data, size, path);
+  if (!got.ok()) return got.status();
+  if (*got != size) {
+    return LumenError(LUMEN_ERROR_CORRUPT_SNAPSHOT,
+                      absl::StrCat("corrupt snapshot: '", path, "' is truncated"));
+  }
+  return absl::OkStatus();
+}
+
+// Whether the file's last 8 bytes are the checksum of all the bytes before them. `head`
+// holds the first bytes of the file, already read; the rest streams through a small buffer,
+// so a file of any size is checked without holding it.
+absl::StatusOr<bool> ChecksumMatches(int fd, const char* head, int64_t head_bytes,
+                                     int64_t size, const std::string& path) {
+  ChecksumStream checksum;
+  char trailer[snapshot::kChecksumBytes] = {};
+  const int64_t covered = size - snapshot::kChecksumBytes;
+  int64_t offset = 0;
+  auto feed = [&](const char* data, int64_t n) {
+    const int64_t hashed = std::clamp<int64_t>(covered - offset, 0, n);
+    checksum.Update(data, hashed);
+    for (int64_t i = hashed; i < n; ++i) trailer[offset + i - covered] = data[i];
+    offset += n;
+  };
+  feed(head, head_bytes);
+  std::unique_ptr<char[]> buffer(new char[snapshot::kBlockBytes]);
+  while (offset < size) {
+    absl::StatusOr<int64_t> got =
+        ReadUpTo(fd, buffer.get(), std::min(snapshot::kBlockBytes, size - offset), path);
+    if (!got.ok()) return got.status();
+    if (*got == 0) return false;  // the file shrank meanwhile
+    feed(buffer.get(), *got);
+  }
+  return checksum.Digest() == snapshot::StoredChecksum(trailer);
+}
+
+// Streams the payload through a block-sized buffer into a spare state block, checking the
+// checksum on the way; the session changes only once everything has passed.
+absl::Status RestoreStreamed(Session& session, int fd, const char* head, int64_t head_bytes,
+                             const std::string& path) {
+  Engine& engine = session.engine();
+  absl::StatusOr<void*> spare = engine.TakeSpareState();
+  if (!spare.ok()) return spare.status();
+  std::unique_ptr<char[]> block_bytes(new char[snapshot::kBlockBytes]);
+  std::unique_ptr<char[]> staging(new char[snapshot::kBlockBytes]);
+  ChecksumStream checksum;
+  checksum.Update(head, head_bytes);
+  absl::Status status;
+  for (const snapshot::PayloadBlock& block : snapshot::PayloadBlocks(session.model())) {
+    const DType dtype = snapshot::PayloadDType(head, block.layer);
+    const int64_t bytes = block.count * DTypeSize(dtype);
+    status = ReadExactly(fd, block_bytes.get(), bytes, path);
+    if (!status.ok()) break;
+    checksum.Update(block_bytes.get(), bytes);
+    status = snapshot::WriteBlock(session, block, dtype, block_bytes.get(), *spare,
+                                  staging.get());
+    if (!status.ok()) break;
+  }
+  char trailer[snapshot::kChecksumBytes];
+  if (status.ok()) status = ReadExactly(fd, trailer, sizeof(trailer), path);
+  if (status.ok() && checksum.Digest() != snapshot::StoredChecksum(trailer)) {
+    status = snapshot::ChecksumMismatch();
+  }
+  if (!status.ok()) {
+    engine.ReturnSpareState(*spare);
+    return status;
+  }
+  snapshot::Commit(session, *spare, head);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status SaveSnapshotFile(const Session& session, DType dtype, const std::string& path) {
-  std::vector<char> bytes(SnapshotSize(session.model(), dtype));
-  absl::Status status = WriteSnapshot(session, dtype, bytes.data(), bytes.size());
-  if (!status.ok()) return status;
-
   TemporaryFile temp(path + ".tmp-XXXXXX");
   if (!temp.Open()) return IoError("create a temporary file for", path, errno);
-  if (!WriteAll(temp.fd(), bytes.data(), bytes.size())) return IoError("write", temp.path(), errno);
+
+  // The snapshot streams through a block-sized buffer: no allocation the size of the state.
+  const Model& model = session.model();
+  ChecksumStream checksum;
+  auto emit = [&](const char* data, int64_t size) {
+    checksum.Update(data, size);
+    return WriteAll(temp.fd(), data, size);
+  };
+  std::vector<char> head(snapshot::HeadBytes(model));
+  snapshot::WriteHead(session, dtype, head.data());
+  if (!emit(head.data(), head.size())) return IoError("write", temp.path(), errno);
+  std::unique_ptr<char[]> block_bytes(new char[snapshot::kBlockBytes]);
+  std::unique_ptr<char[]> staging(new char[snapshot::kBlockBytes]);
+  for (const snapshot::PayloadBlock& block : snapshot::PayloadBlocks(model)) {
+    absl::Status status =
+        snapshot::ReadBlock(session, block, dtype, block_bytes.get(), staging.get());
+    if (!status.ok()) return status;
+    if (!emit(block_bytes.get(), block.count * DTypeSize(dtype))) {
+      return IoError("write", temp.path(), errno);
+    }
+  }
+  const uint64_t digest = checksum.Digest();
+  if (!WriteAll(temp.fd(), reinterpret_cast<const char*>(&digest), sizeof(digest))) {
+    return IoError("write", temp.path(), errno);
+  }
   if (::fsync(temp.fd()) != 0) return IoError("flush", temp.path(), errno);
   if (!temp.Close()) return IoError("close", temp.path(), errno);
   if (::rename(temp.path().c_str(), path.c_str()) != 0) return IoError("rename over", path, errno);
@@ -96,38 +205,28 @@ absl::Status SaveSnapshotFile(const Session& session, DType dtype, const std::st
 absl::Status LoadSnapshotFile(Session& session, const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return IoError("open", path, errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat info;
-  if (::fstat(fd, &info) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return IoError("stat", path, error);
-  }
-  // Any snapshot of this model is at most this large: refuse a bigger file before reading it.
-  const int64_t limit = SnapshotSize(session.model(), DType::kFloat32);
-  if (info.st_size > limit) {
-    ::close(fd);
-    return LumenError(LUMEN_ERROR_CORRUPT_SNAPSHOT,
-                      absl::StrCat("corrupt snapshot: '", path, "' is ", info.st_size,
-                                   " bytes, more than any snapshot of this model (", limit,
-                                   ")"));
-  }
-  // Left uninitialised: the read fills it, and zeroing would cost a pass over the bytes.
+  if (::fstat(fd, &info) != 0) return IoError("stat", path, errno);
   const int64_t size = info.st_size;
-  std::unique_ptr<char[]> bytes(new char[size]);
-  int64_t done = 0;
-  while (done < size) {
-    const ssize_t got = ::read(fd, bytes.get() + done, size - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int error = errno;
-      ::close(fd);
-      return IoError("read", path, error);
-    }
-    if (got == 0) break;  // the file shrank meanwhile: restore reports the truncation
-    done += got;
+
+  // The head decides the path: a well-formed one streams the payload into the session; a
+  // damaged or foreign one is reported as the specification orders, checksum first.
+  const Model& model = session.model();
+  std::vector<char> head(std::min(snapshot::HeadBytes(model), size));
+  absl::StatusOr<int64_t> got = ReadUpTo(fd, head.data(), head.size(), path);
+  if (!got.ok()) return got.status();
+  if (absl::Status magic = snapshot::CheckMagic(head.data(), *got); !magic.ok()) return magic;
+  if (absl::Status problem = snapshot::CheckHead(model, head.data(), size); !problem.ok()) {
+    absl::StatusOr<bool> intact = ChecksumMatches(fd, head.data(), *got, size, path);
+    if (!intact.ok()) return intact.status();
+    return *intact ? problem : snapshot::ChecksumMismatch();
   }
-  ::close(fd);
-  return RestoreSnapshot(session, bytes.get(), done);
+  if (*got != static_cast<int64_t>(head.size())) return snapshot::ChecksumMismatch();
+  return RestoreStreamed(session, fd, head.data(), *got, path);
 }
 
 }  // namespace lumen

@@ -2,6 +2,9 @@
 // leaves the session bitwise unchanged, or succeeds and leaves exactly the state and token
 // counts the snapshot holds. Any violation abort()s, so libFuzzer reports it with the input.
 //
+// Every input is also written to a file and loaded with lumen_session_load, whose streamed
+// reader must agree with restore: the same status, and on success the same state.
+//
 // Input modes (chosen by the first byte):
 //   even first byte  the input is restored as it is (valid snapshots start with 'L', even);
 //   odd first byte   the rest of the input is a snapshot body: a correct XXH3-64 checksum is
@@ -22,7 +25,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "lumen/lumen.h"
 #include "tests/fuzz/restore_fuzz_model.h"
@@ -47,6 +53,8 @@ struct Fixture {
   Objects objects;
   lumen_session* session = nullptr;
   lumen_session* scratch = nullptr;  // for re-snapshot checks
+  lumen_session* loaded = nullptr;   // lumen_session_load of the same bytes
+  std::string file;                  // where the input is written for it
   int32_t num_layers = 0;
   int32_t layer_dtype[2] = {};
   std::vector<uint8_t> base;  // fp32 snapshot of the base state
@@ -88,6 +96,9 @@ Fixture* CreateFixture() {
   f->objects = CreateObjects();
   Check(lumen_session_create(f->objects.engine, &f->session), "session");
   Check(lumen_session_create(f->objects.engine, &f->scratch), "scratch session");
+  Check(lumen_session_create(f->objects.engine, &f->loaded), "session for loads");
+  f->file = std::string(std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp") +
+            "/lumen-restore-fuzzer-" + std::to_string(::getpid()) + ".snap";
   Check(lumen_model_num_layers(f->objects.model, &f->num_layers), "num layers");
   if (f->num_layers != 2) Violation("the fuzzer's model must have two layers");
   for (int32_t i = 0; i < 2; ++i) {
@@ -99,6 +110,8 @@ Fixture* CreateFixture() {
   AddHistory(f->session, f->objects.model, /*seed=*/99, /*tokens=*/13);
   f->base = TakeSnapshot(f->session, LUMEN_DTYPE_FLOAT32);
   f->base_state = Capture(*f, f->session);
+  Check(lumen_session_restore(f->loaded, f->base.data(), static_cast<int64_t>(f->base.size())),
+        "restore the base state for loads");
   return f;
 }
 
@@ -210,15 +223,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   if (f.dirty) {
-    Check(lumen_session_restore(f.session, f.base.data(), static_cast<int64_t>(f.base.size())),
-          "restore the base state");
+    for (lumen_session* s : {f.session, f.loaded}) {
+      Check(lumen_session_restore(s, f.base.data(), static_cast<int64_t>(f.base.size())),
+            "restore the base state");
+    }
     f.dirty = false;
   }
+  std::FILE* file = std::fopen(f.file.c_str(), "wb");
+  if (file == nullptr || std::fwrite(input.data(), 1, input.size(), file) != input.size() ||
+      std::fclose(file) != 0) {
+    Violation("cannot write the input file");
+  }
+  const lumen_status load_status = lumen_session_load(f.loaded, f.file.c_str());
   // restore(NULL, ...) is an argument error, tested elsewhere: always pass a real pointer.
   static const uint8_t kEmpty = 0;
   const uint8_t* bytes = input.empty() ? &kEmpty : input.data();
   const lumen_status status =
       lumen_session_restore(f.session, bytes, static_cast<int64_t>(input.size()));
+  const std::string message = lumen_last_error_message();  // before any other lumen call
+  if (load_status != status) {
+    std::fprintf(stderr, "restore: %s, load: %s\n", lumen_status_string(status),
+                 lumen_status_string(load_status));
+    Violation("loading the bytes from a file and restoring them disagree");
+  }
+  if (!SameBits(Capture(f, f.loaded), Capture(f, f.session))) {
+    Violation("loading the bytes from a file gave another state than restoring them");
+  }
   if (status == LUMEN_OK) {
     f.dirty = true;
     CheckRestored(f, input);
@@ -230,7 +260,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  lumen_last_error_message());
     Violation("restore failed with a status other than CORRUPT, VERSION or MISMATCH");
   }
-  if (*lumen_last_error_message() == '\0') Violation("a failed restore left no message");
+  if (message.empty()) Violation("a failed restore left no message");
   if (!SameBits(Capture(f, f.session), f.base_state)) {
     Violation("a failed restore changed the session");
   }

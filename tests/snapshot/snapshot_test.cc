@@ -612,8 +612,26 @@ TEST_CASE("snapshot size is the same after 10 and after 100,000 tokens", "[snaps
 // Damage
 // ---------------------------------------------------------------------------------------------
 
+// Restores damaged bytes from memory, or from a file (a separate, streamed reader).
+enum class Source { kMemory, kFile };
+
+lumen_status RestoreFrom(Source source, lumen_session* s, const Bytes& bytes,
+                         const TempDir& dir) {
+  if (source == Source::kMemory) {
+    // An exact-size copy, so that reading past the end is caught by sanitizers.
+    return lumen_session_restore(s, bytes.empty() ? nullptr : bytes.data(),
+                                 static_cast<int64_t>(bytes.size()));
+  }
+  const fs::path path = dir.path() / "damaged.snap";
+  WriteFile(path, bytes);
+  return lumen_session_load(s, path.string().c_str());
+}
+
 TEST_CASE("every truncation is rejected and changes nothing", "[snapshot][corrupt]") {
   const int32_t dtype = GENERATE(LUMEN_DTYPE_FLOAT32, LUMEN_DTYPE_BFLOAT16);
+  const Source from = GENERATE(Source::kMemory, Source::kFile);
+  const TempDir dir;
+  INFO((from == Source::kMemory ? "lumen_session_restore" : "lumen_session_load"));
   const Stack stack(MixedLayers(kDims));
   std::mt19937 rng(11);
   SessionPtr source = stack.NewSession(), target = stack.NewSession();
@@ -624,11 +642,12 @@ TEST_CASE("every truncation is rejected and changes nothing", "[snapshot][corrup
 
   int64_t wrong_status = 0, changed = 0, no_message = 0;
   for (size_t length = 0; length < snapshot.size(); ++length) {
-    // A copy of exactly `length` bytes, so that reading past it is caught by sanitizers.
     const Bytes truncated(snapshot.begin(), snapshot.begin() + length);
-    const lumen_status status = lumen_session_restore(
-        target.get(), length == 0 ? snapshot.data() : truncated.data(),
-        static_cast<int64_t>(length));
+    // restore(NULL, 0) is an argument error; an empty snapshot is a non-NULL pointer.
+    const lumen_status status =
+        from == Source::kMemory && length == 0
+            ? lumen_session_restore(target.get(), snapshot.data(), 0)
+            : RestoreFrom(from, target.get(), truncated, dir);
     if (status != LUMEN_ERROR_CORRUPT_SNAPSHOT) {
       ++wrong_status;
       FAIL_CHECK("length " << length << " of " << snapshot.size() << ": " << Describe(status));
@@ -654,6 +673,9 @@ TEST_CASE("every truncation is rejected and changes nothing", "[snapshot][corrup
 
 TEST_CASE("every single-bit flip is rejected and changes nothing", "[snapshot][corrupt]") {
   const int32_t dtype = GENERATE(LUMEN_DTYPE_FLOAT32, LUMEN_DTYPE_BFLOAT16);
+  const Source from = GENERATE(Source::kMemory, Source::kFile);
+  const TempDir dir;
+  INFO((from == Source::kMemory ? "lumen_session_restore" : "lumen_session_load"));
   const Stack stack(MixedLayers(kSmall));
   std::mt19937 rng(12);
   SessionPtr source = stack.NewSession(), target = stack.NewSession();
@@ -667,7 +689,7 @@ TEST_CASE("every single-bit flip is rejected and changes nothing", "[snapshot][c
   int64_t wrong_status = 0, changed = 0;
   for (size_t bit = 0; bit < snapshot.size() * 8; ++bit) {
     damaged[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
-    const lumen_status status = Restore(target.get(), damaged);
+    const lumen_status status = RestoreFrom(from, target.get(), damaged, dir);
     damaged[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
     if (status != LUMEN_ERROR_CORRUPT_SNAPSHOT) {
       ++wrong_status;
