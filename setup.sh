@@ -6,8 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(cmake g++ make pkg-config libabsl-dev libxxhash-dev)
+tests=OFF
 if [[ "${1:-}" == "--tests" ]]; then
   packages+=(catch2 nlohmann-json3-dev clang-14 libclang-rt-14-dev)
+  tests=ON
 fi
 missing=()
 for package in "${packages[@]}"; do
@@ -22,5 +24,5 @@ if ((${#missing[@]})); then
     apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLUMEN_BUILD_TESTS="$tests"
 cmake --build build -j"$(nproc)"

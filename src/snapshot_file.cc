@@ -12,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/checksum.h"
-#include "src/snapshot.h"
 #include "src/snapshot_format.h"
 #include "src/status.h"
 
@@ -44,17 +43,19 @@ std::string DirectoryOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-// Closes a descriptor and removes the temporary file on every early return.
+// A file created beside the target (mkstemp: readable and writable by its owner only, as
+// a conversation's state should be). Closed, and removed unless kept, on every early return.
 class TemporaryFile {
  public:
-  explicit TemporaryFile(std::string path) : path_(std::move(path)) {}
+  explicit TemporaryFile(std::string path_template) : path_(std::move(path_template)) {}
   ~TemporaryFile() {
     if (fd_ >= 0) ::close(fd_);
-    if (!kept_) ::unlink(path_.c_str());
+    if (created_ && !kept_) ::unlink(path_.c_str());
   }
   bool Open() {
     fd_ = ::mkstemp(path_.data());
-    return fd_ >= 0;
+    created_ = fd_ >= 0;
+    return created_;
   }
   bool Close() {
     const int fd = fd_;
@@ -68,6 +69,7 @@ class TemporaryFile {
  private:
   std::string path_;
   int fd_ = -1;
+  bool created_ = false;
   bool kept_ = false;
 };
 

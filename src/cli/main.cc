@@ -462,6 +462,21 @@ void CheckTokenCounts(const lumen_session* session, int64_t expected) {
   }
 }
 
+// The anchor for the step latency: a step must read and write every layer's state at least
+// once, so copying the state's bytes once (memcpy between two buffers of that size, best of
+// a few) is a floor no implementation can beat on this machine.
+double MeasureStateCopyUs(int64_t state_bytes) {
+  std::vector<char> from(state_bytes, 1), to(state_bytes);
+  double best = 1e30;
+  for (int rep = 0; rep < 20; ++rep) {
+    const Clock::time_point start = Clock::now();
+    std::memcpy(to.data(), from.data(), from.size());
+    best = std::min(best, Seconds(Clock::now() - start) * 1e6);
+    from[rep] = to[state_bytes - 1 - rep];  // keep the copies observable
+  }
+  return best;
+}
+
 void PrintSummary(const StreamResult& stream, int64_t context, int64_t state_bytes) {
   const double kv = SoftmaxKvBytes(context);
   std::printf("\nsummary: %.2f s of stepping; latency last window / first window = %.2fx "
@@ -472,6 +487,12 @@ void PrintSummary(const StreamResult& stream, int64_t context, int64_t state_byt
               stream.max_window_us, static_cast<long long>(context),
               FormatBytes(static_cast<double>(state_bytes)).c_str(), FormatBytes(kv).c_str(),
               kv / static_cast<double>(state_bytes));
+  const double copy_us = MeasureStateCopyUs(state_bytes);
+  std::printf("anchor:  one memcpy of the session's %s of state takes %.1f µs here (%.1f GB/s);"
+              "\n         a step of the stack takes %.1f µs, %.2fx that floor\n",
+              FormatBytes(static_cast<double>(state_bytes)).c_str(), copy_us,
+              state_bytes / copy_us * 1e-3, stream.min_window_us,
+              stream.min_window_us / copy_us);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -487,7 +487,8 @@ LUMEN_API lumen_status lumen_session_restore(lumen_session* session, const void*
  * Saves the session's snapshot to the file `path` (UTF-8) atomically and durably: the bytes
  * go to a temporary file in the same directory, which is flushed to disk and renamed over
  * `path`, and the directory is flushed. A crash at any moment leaves the old file or the new
- * one, never a torn one. options may be NULL. Returns LUMEN_ERROR_IO with the system's reason.
+ * one, never a torn one. The file is readable and writable by its owner only (it holds a
+ * conversation). options may be NULL. Returns LUMEN_ERROR_IO with the system's reason.
  */
 LUMEN_API lumen_status lumen_session_save(const lumen_session* session, const char* path,
                                           const lumen_snapshot_options* options);
