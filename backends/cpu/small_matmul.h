@@ -45,10 +45,48 @@ inline void RowMatMulAdd(int32_t n, int32_t p, const float* a_row, const float* 
   }
 }
 
+// Rows of c computed together: each load of b feeds this many multiply-adds, which keeps
+// the products from waiting on loads (4 x kMatMulTile accumulators fit the registers).
+inline constexpr int32_t kMatMulRows = 4;
+
+// c[kMatMulRows, n] += a[kMatMulRows, p] b[p, n].
+inline void RowsMatMulAdd(int32_t n, int32_t p, const float* a, int64_t lda, const float* b,
+                          int64_t ldb, float* c, int64_t ldc) {
+  int32_t j0 = 0;
+  for (; j0 + kMatMulTile <= n; j0 += kMatMulTile) {
+    float acc[kMatMulRows][kMatMulTile];
+    for (int32_t r = 0; r < kMatMulRows; ++r) {
+      for (int32_t j = 0; j < kMatMulTile; ++j) acc[r][j] = c[r * ldc + j0 + j];
+    }
+    for (int32_t q = 0; q < p; ++q) {
+      const float* b_row = b + q * ldb + j0;
+      for (int32_t r = 0; r < kMatMulRows; ++r) {
+        const float a_rq = a[r * lda + q];
+#pragma omp simd
+        for (int32_t j = 0; j < kMatMulTile; ++j) acc[r][j] += a_rq * b_row[j];
+      }
+    }
+    for (int32_t r = 0; r < kMatMulRows; ++r) {
+      for (int32_t j = 0; j < kMatMulTile; ++j) c[r * ldc + j0 + j] = acc[r][j];
+    }
+  }
+  if (j0 < n) {
+    for (int32_t r = 0; r < kMatMulRows; ++r) {
+      for (int32_t q = 0; q < p; ++q) {
+        Axpy(n - j0, a[r * lda + q], b + q * ldb + j0, c + r * ldc + j0);
+      }
+    }
+  }
+}
+
 // c[m, n] += a[m, p] b[p, n]; leading dimensions in floats.
 inline void MatMulAdd(int32_t m, int32_t n, int32_t p, const float* a, int64_t lda,
                       const float* b, int64_t ldb, float* c, int64_t ldc) {
-  for (int32_t i = 0; i < m; ++i) RowMatMulAdd(n, p, a + i * lda, b, ldb, c + i * ldc);
+  int32_t i = 0;
+  for (; i + kMatMulRows <= m; i += kMatMulRows) {
+    RowsMatMulAdd(n, p, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+  }
+  for (; i < m; ++i) RowMatMulAdd(n, p, a + i * lda, b, ldb, c + i * ldc);
 }
 
 // c[m, n] += tril(a)[m, m] b[m, n]: row i of c reads rows 0..i of b (diagonal included).
