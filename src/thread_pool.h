@@ -35,9 +35,10 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable start_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;  // bumped for every call; guarded by mutex_
-  int32_t busy_workers_ = 0;  // workers still in the current call; guarded by mutex_
-  bool stopping_ = false;    // guarded by mutex_
+  // Bumped (under mutex_) for every call; workers spin on it briefly before sleeping.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int32_t> busy_workers_{0};  // workers still in the current call
+  std::atomic<bool> stopping_{false};
 
   const std::function<void(int64_t, int32_t)>* job_ = nullptr;
   int64_t num_tasks_ = 0;

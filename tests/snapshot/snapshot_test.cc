@@ -706,6 +706,37 @@ TEST_CASE("every single-bit flip is rejected and changes nothing", "[snapshot][c
   CHECK(changed == 0);
 }
 
+TEST_CASE("large snapshots, copied and checked on two threads, round-trip and reject damage",
+          "[snapshot][corrupt]") {
+  // Payloads of 1 MiB and more are copied and checksummed concurrently; smaller ones are not.
+  const Stack stack({GatedDeltaNet({4, 32, 96, 96})});  // 32 x 96 x 96 fp32 = 1.1 MiB
+  std::mt19937 rng(21);
+  SessionPtr source = stack.NewSession(), target = stack.NewSession();
+  AddHistory(stack, {source.get()}, rng, 70);
+  AddHistory(stack, {target.get()}, rng, 30);
+  const Bytes snapshot = TakeSnapshot(source.get());
+  REQUIRE(snapshot.size() > (size_t{1} << 20));
+  const SessionState before = Capture(target.get(), stack.model.get());
+
+  // Damage at the start, in the middle and at the end of the payload, and truncations.
+  Bytes damaged = snapshot;
+  for (size_t at : {size_t{500}, snapshot.size() / 2, snapshot.size() - 9}) {
+    damaged[at] ^= 0x10;
+    CHECK(Restore(target.get(), damaged) == LUMEN_ERROR_CORRUPT_SNAPSHOT);
+    damaged[at] ^= 0x10;
+    CHECK(SameBits(before, Capture(target.get(), stack.model.get())));
+  }
+  for (size_t length : {snapshot.size() - 1, snapshot.size() / 2}) {
+    const Bytes truncated(snapshot.begin(), snapshot.begin() + length);
+    CHECK(Restore(target.get(), truncated) == LUMEN_ERROR_CORRUPT_SNAPSHOT);
+    CHECK(SameBits(before, Capture(target.get(), stack.model.get())));
+  }
+  REQUIRE_OK(Restore(target.get(), snapshot));
+  CHECK(SameBits(Capture(source.get(), stack.model.get()),
+                 Capture(target.get(), stack.model.get())));
+  CHECK(TakeSnapshot(target.get()) == snapshot);
+}
+
 TEST_CASE("sealed snapshots with bad fields are rejected and change nothing",
           "[snapshot][corrupt]") {
   const Stack stack(MixedLayers(kDims));
