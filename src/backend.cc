@@ -6,9 +6,11 @@
 namespace lumen {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const lumen_engine_options& options) {
-  if (options.num_threads < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_threads is ", options.num_threads, ", must be >= 0 (0 = all cores)"));
+  constexpr int32_t kMaxThreads = 1024;
+  if (options.num_threads < 0 || options.num_threads > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("num_threads is ", options.num_threads,
+                                                   ", must be in [0, ", kMaxThreads,
+                                                   "] (0 = all cores)"));
   }
   switch (options.backend) {
     case LUMEN_BACKEND_AUTO:

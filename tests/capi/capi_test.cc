@@ -675,6 +675,14 @@ TEST_CASE("engine creation: backends and options", "[capi]") {
   CheckFailure(lumen_engine_create(model.get(), &options, &out), LUMEN_ERROR_INVALID_ARGUMENT,
                {"backend"});
   CHECK(out == sentinel);
+  options.backend = LUMEN_BACKEND_CPU;
+  for (int32_t threads : {-1, 1025}) {
+    INFO("num_threads " << threads);
+    options.num_threads = threads;
+    CheckFailure(lumen_engine_create(model.get(), &options, &out), LUMEN_ERROR_INVALID_ARGUMENT,
+                 {"num_threads"});
+    CHECK(out == sentinel);
+  }
 
   // The model may go first: the engine keeps its own reference.
   model.reset();

@@ -281,7 +281,8 @@ typedef struct lumen_engine lumen_engine;
 typedef struct lumen_engine_options {
   uint32_t struct_size; /* sizeof(lumen_engine_options); set by init */
   int32_t backend;      /* lumen_backend; default AUTO */
-  int32_t num_threads;  /* CPU worker threads including the caller; 0 = all cores */
+  int32_t num_threads;  /* CPU worker threads including the caller, at most 1024;
+                           0 = one per hardware thread */
   int32_t device;       /* GPU ordinal for GPU backends; default 0 */
 } lumen_engine_options;
 
