@@ -29,7 +29,8 @@ struct HeadSequence {
   const float* q = nullptr;    int64_t q_stride = 0;     // [K] per token, scale folded in
   const float* k = nullptr;    int64_t k_stride = 0;     // [K]
   const float* v = nullptr;    int64_t v_stride = 0;     // [V]
-  const float* g = nullptr;    int64_t g_stride = 0;     // 1 or K log-decays per token, <= 0
+  const float* g = nullptr;    int64_t g_stride = 0;     // 1 or K log-decays per token, <= 0;
+                                                         // stride 0: one fixed decay
   const float* beta = nullptr; int64_t beta_stride = 0;  // 1 per token (delta rule)
   float* o = nullptr;          int64_t o_stride = 0;     // [V] per token, written
 };
