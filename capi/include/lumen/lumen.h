@@ -15,8 +15,9 @@
  *   - Every fallible call returns lumen_status; on failure lumen_last_error_message() holds a
  *     message for the calling thread, and no object was changed. A successful call clears it.
  *   - Results come back through trailing out-pointers, written only on success.
- *   - In every call, a NULL handle or out-pointer is LUMEN_ERROR_INVALID_ARGUMENT and a layer
- *     index outside the model is LUMEN_ERROR_OUT_OF_RANGE; doc comments list the rest.
+ *   - In every call, a NULL handle or a NULL out-pointer that the call does not mark optional
+ *     is LUMEN_ERROR_INVALID_ARGUMENT, and a layer index outside the model is
+ *     LUMEN_ERROR_OUT_OF_RANGE; doc comments list the rest.
  *   - Handles are reference counted internally: a session keeps its engine and model alive, an
  *     engine keeps its model alive, so *_destroy may be called in any order. *_destroy(NULL) is
  *     a no-op.
