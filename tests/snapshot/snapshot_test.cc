@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "lumen/lumen.h"
+#include "tests/reference/layer_reference.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -85,22 +86,10 @@ void Reseal(Bytes& b) {
 // Handles
 // ---------------------------------------------------------------------------------------------
 
-struct BuilderDeleter {
-  void operator()(lumen_model_builder* b) const { lumen_model_builder_destroy(b); }
-};
-struct ModelDeleter {
-  void operator()(lumen_model* m) const { lumen_model_destroy(m); }
-};
-struct EngineDeleter {
-  void operator()(lumen_engine* e) const { lumen_engine_destroy(e); }
-};
-struct SessionDeleter {
-  void operator()(lumen_session* s) const { lumen_session_destroy(s); }
-};
-using BuilderPtr = std::unique_ptr<lumen_model_builder, BuilderDeleter>;
-using ModelPtr = std::unique_ptr<lumen_model, ModelDeleter>;
-using EnginePtr = std::unique_ptr<lumen_engine, EngineDeleter>;
-using SessionPtr = std::unique_ptr<lumen_session, SessionDeleter>;
+using lumen_test::BuilderPtr;
+using lumen_test::EnginePtr;
+using lumen_test::ModelPtr;
+using lumen_test::SessionPtr;
 
 // The status's name and the thread's message; call right after the call that failed.
 std::string Describe(lumen_status status) {
