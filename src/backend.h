@@ -30,6 +30,8 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual lumen_backend kind() const = 0;
+  // Threads a layer call runs on, the caller's included.
+  virtual int32_t num_threads() const = 0;
   // Whether input and output buffers may live in `memory`.
   virtual bool Accepts(lumen_memory memory) const = 0;
 

@@ -18,6 +18,7 @@ class CpuBackend : public Backend {
   explicit CpuBackend(int32_t num_threads);
 
   lumen_backend kind() const override { return LUMEN_BACKEND_CPU; }
+  int32_t num_threads() const override { return pool_.num_threads(); }
   bool Accepts(lumen_memory memory) const override { return memory == LUMEN_MEMORY_HOST; }
 
   absl::StatusOr<void*> AllocateState(int64_t bytes) override;

@@ -72,6 +72,13 @@ lumen_status lumen_engine_backend(const lumen_engine* engine, lumen_backend* out
   return Ok();
 }
 
+lumen_status lumen_engine_num_threads(const lumen_engine* engine, int32_t* out) {
+  LUMEN_REQUIRE_NOT_NULL(engine);
+  LUMEN_REQUIRE_NOT_NULL(out);
+  *out = engine->engine->backend().num_threads();
+  return Ok();
+}
+
 lumen_status lumen_engine_step_batch(lumen_engine* engine, int32_t layer,
                                      lumen_session* const* sessions, int32_t n,
                                      const lumen_layer_inputs* inputs,

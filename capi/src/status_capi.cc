@@ -1,4 +1,4 @@
-// Versions, status strings and the thread-local error message.
+// Versions, the names of statuses and backends, and the thread-local error message.
 
 #include <string>
 
@@ -62,6 +62,16 @@ const char* lumen_status_string(int32_t status) {
     case LUMEN_ERROR_IO: return "LUMEN_ERROR_IO";
   }
   return "LUMEN_ERROR_UNKNOWN_STATUS";
+}
+
+const char* lumen_backend_string(int32_t backend) {
+  switch (backend) {
+    case LUMEN_BACKEND_AUTO: return "AUTO";
+    case LUMEN_BACKEND_CPU: return "CPU";
+    case LUMEN_BACKEND_CUDA: return "CUDA";
+    case LUMEN_BACKEND_ROCM: return "ROCM";
+  }
+  return "UNKNOWN";
 }
 
 const char* lumen_last_error_message(void) { return lumen::capi::LastMessage().c_str(); }

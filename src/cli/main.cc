@@ -223,15 +223,6 @@ Owned<lumen_session> CreateSession(lumen_engine* engine) {
   return Owned<lumen_session>(session);
 }
 
-const char* BackendName(lumen_backend backend) {
-  switch (backend) {
-    case LUMEN_BACKEND_CPU: return "CPU";
-    case LUMEN_BACKEND_CUDA: return "CUDA";
-    case LUMEN_BACKEND_ROCM: return "ROCm";
-    default: return "unknown";
-  }
-}
-
 // ---------------------------------------------------------------------------------------
 // Inputs
 
@@ -375,7 +366,11 @@ std::vector<int64_t> Checkpoints(int64_t tokens) {
   return points;
 }
 
-void PrintHeader(const Args& args, lumen_backend backend, int64_t state_bytes) {
+void PrintHeader(lumen_engine* engine, int64_t state_bytes) {
+  lumen_backend backend = LUMEN_BACKEND_AUTO;
+  Check(lumen_engine_backend(engine, &backend), "lumen_engine_backend");
+  int32_t threads = 0;
+  Check(lumen_engine_num_threads(engine, &threads), "lumen_engine_num_threads");
   std::printf("lumen %s: main job\n", lumen_version_string());
   std::printf("model:   %d x gated_delta_net, H=%d HV=%d K=%d V=%d (Qwen3-Next's linear layers),\n"
               "         qk_l2norm, beta_sigmoid, gate_raw (random A_log, dt_bias); fp32 state\n",
@@ -383,8 +378,8 @@ void PrintHeader(const Args& args, lumen_backend backend, int64_t state_bytes) {
   std::printf("inputs:  random bf16 from a pool of %d pre-generated tokens, cycled; each layer\n"
               "         gets its own random q/k/v/g/beta (layers are not chained)\n",
               kPoolTokens);
-  std::printf("engine:  backend %s (asked for AUTO), threads %d%s\n", BackendName(backend),
-              args.threads, args.threads == 0 ? " (all cores)" : "");
+  std::printf("engine:  backend %s (asked for AUTO), %d thread%s\n",
+              lumen_backend_string(backend), threads, threads == 1 ? "" : "s");
   std::printf("session: %s of state for all %d layers, whatever the context length\n",
               FormatBytes(static_cast<double>(state_bytes)).c_str(), kLayers);
   std::printf("softmax: the KV cache compared is %d layers x %d heads x (%d + %d) dims x bf16\n"
@@ -602,15 +597,13 @@ int main(int argc, char** argv) {
   Owned<lumen_engine> engine = CreateEngine(model.get(), args.threads);
   Owned<lumen_session> session = CreateSession(engine.get());
 
-  lumen_backend backend = LUMEN_BACKEND_AUTO;
-  Check(lumen_engine_backend(engine.get(), &backend), "lumen_engine_backend");
   int64_t state_bytes = 0;
   Check(lumen_model_state_bytes(model.get(), -1, &state_bytes), "lumen_model_state_bytes");
   const InputPool pool = MakeInputPool(rng);
 
   if (!args.resume.empty()) return RunResumed(args, engine.get(), pool);
 
-  PrintHeader(args, backend, state_bytes);
+  PrintHeader(engine.get(), state_bytes);
   if (args.prefill > 0) RunPrefill(session.get(), pool, args.prefill);
   if (args.tokens > 0) {
     const StreamResult stream =

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -661,6 +662,29 @@ TEST_CASE("engine creation: backends and options", "[capi]") {
   REQUIRE(lumen_engine_backend(engine, &backend) == LUMEN_OK);
   CHECK(backend != LUMEN_BACKEND_AUTO);
   CHECK(backend == LUMEN_BACKEND_CPU);  // no GPU backend in this version
+  CHECK(std::string(lumen_backend_string(backend)) == "CPU");
+  int32_t threads = 0;
+  REQUIRE(lumen_engine_num_threads(engine, &threads) == LUMEN_OK);
+  CHECK(threads == static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
+  CheckFailure(lumen_engine_num_threads(nullptr, &threads), LUMEN_ERROR_INVALID_ARGUMENT, {});
+  CheckFailure(lumen_engine_num_threads(engine, nullptr), LUMEN_ERROR_INVALID_ARGUMENT, {});
+  {
+    lumen_engine_options three;
+    lumen_engine_options_init(&three);
+    three.num_threads = 3;
+    lumen_engine* engine3 = nullptr;
+    REQUIRE(lumen_engine_create(model.get(), &three, &engine3) == LUMEN_OK);
+    EnginePtr owned3(engine3);
+    REQUIRE(lumen_engine_num_threads(engine3, &threads) == LUMEN_OK);
+    CHECK(threads == 3);
+  }
+  // Every backend has a distinct name; other values are UNKNOWN.
+  std::set<std::string> names;
+  for (int32_t b : {LUMEN_BACKEND_AUTO, LUMEN_BACKEND_CPU, LUMEN_BACKEND_CUDA,
+                    LUMEN_BACKEND_ROCM}) {
+    CHECK(names.insert(lumen_backend_string(b)).second);
+  }
+  CHECK(std::string(lumen_backend_string(99)) == "UNKNOWN");
 
   lumen_engine_options options;
   lumen_engine_options_init(&options);

@@ -163,6 +163,12 @@ typedef enum lumen_backend {
   LUMEN_BACKEND_ROCM = 3
 } lumen_backend;
 
+/**
+ * Returns a static name for a lumen_backend value ("AUTO", "CPU", "CUDA", "ROCM"), or
+ * "UNKNOWN" for any other value; never NULL. Thread-safe.
+ */
+LUMEN_API const char* lumen_backend_string(int32_t backend);
+
 /** Per-layer parameter arrays a family may need (see lumen_model_builder_set_param). */
 typedef enum lumen_param {
   /** [HV]: gated_delta_net and kda with gate_raw; g = -exp(A_log[h]) * softplus(g + dt_bias). */
@@ -306,6 +312,12 @@ LUMEN_API void lumen_engine_destroy(lumen_engine* engine);
 
 /** Writes the backend actually used (never AUTO) to *out. */
 LUMEN_API lumen_status lumen_engine_backend(const lumen_engine* engine, lumen_backend* out);
+
+/**
+ * Writes the number of threads the engine's layer calls use, the caller's included, to *out
+ * (num_threads = 0 resolved to the hardware's count).
+ */
+LUMEN_API lumen_status lumen_engine_num_threads(const lumen_engine* engine, int32_t* out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Sessions                                                                                   */
