@@ -1,12 +1,23 @@
 #pragma once
-// Conversions between fp32 and the 16-bit storage types (bf16, IEEE fp16).
-// Round to nearest even; NaN stays NaN; infinities and subnormals are exact where the
-// target type can hold them.
+// The element types of inputs, outputs and stored state, and conversions between fp32 and
+// the 16-bit types (bf16, IEEE fp16). Round to nearest even; NaN stays NaN; infinities and
+// subnormals are exact where the target type can hold them.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
+#include "lumen/lumen.h"
+
 namespace lumen {
+
+enum class DType : int32_t {
+  kFloat32 = LUMEN_DTYPE_FLOAT32,
+  kBFloat16 = LUMEN_DTYPE_BFLOAT16,
+  kFloat16 = LUMEN_DTYPE_FLOAT16,
+};
+
+inline int64_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
 inline float BitsToFloat(uint32_t bits) {
   float value;
@@ -55,6 +66,38 @@ inline uint16_t FloatToFloat16(float value) {
   }
   uint32_t rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
   return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
+}
+
+// Reads `count` elements of `dtype` at src as fp32 into dst.
+inline void LoadAsFloat(const void* src, DType dtype, float* dst, int64_t count) {
+  const uint16_t* half = static_cast<const uint16_t*>(src);
+  switch (dtype) {
+    case DType::kFloat32:
+      std::copy_n(static_cast<const float*>(src), count, dst);
+      break;
+    case DType::kBFloat16:
+      for (int64_t i = 0; i < count; ++i) dst[i] = BFloat16ToFloat(half[i]);
+      break;
+    case DType::kFloat16:
+      for (int64_t i = 0; i < count; ++i) dst[i] = Float16ToFloat(half[i]);
+      break;
+  }
+}
+
+// Writes `count` fp32 values at src as `dtype` into dst.
+inline void StoreFromFloat(const float* src, DType dtype, void* dst, int64_t count) {
+  uint16_t* half = static_cast<uint16_t*>(dst);
+  switch (dtype) {
+    case DType::kFloat32:
+      std::copy_n(src, count, static_cast<float*>(dst));
+      break;
+    case DType::kBFloat16:
+      for (int64_t i = 0; i < count; ++i) half[i] = FloatToBFloat16(src[i]);
+      break;
+    case DType::kFloat16:
+      for (int64_t i = 0; i < count; ++i) half[i] = FloatToFloat16(src[i]);
+      break;
+  }
 }
 
 }  // namespace lumen

@@ -19,8 +19,6 @@ const char* FamilyName(Family family) {
   return "unknown";
 }
 
-int64_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
-
 GateKind LayerSpec::gate_kind() const {
   switch (family) {
     case Family::kRetention:

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "lumen/lumen.h"
+#include "src/dtype_convert.h"
 
 namespace lumen {
 
@@ -25,18 +26,11 @@ enum class FeatureMap : int32_t {
   kRelu = LUMEN_FEATURE_MAP_RELU,
 };
 
-enum class DType : int32_t {
-  kFloat32 = LUMEN_DTYPE_FLOAT32,
-  kBFloat16 = LUMEN_DTYPE_BFLOAT16,
-  kFloat16 = LUMEN_DTYPE_FLOAT16,
-};
-
 // How the state decays before each token's write. Retention's fixed per-head decay is a
 // scalar gate whose log value the backend materialises from LayerSpec::decay.
 enum class GateKind { kNone, kScalar, kVector };
 
 const char* FamilyName(Family family);
-int64_t DTypeSize(DType dtype);
 
 struct LayerSpec {
   Family family = Family::kLinearAttn;

@@ -74,7 +74,7 @@ absl::Status Session::ReadState(int32_t layer, int32_t part, float* out,
   std::vector<uint16_t> stored(count);
   absl::Status status = engine_->backend().StateToHost(stored.data(), src, count * 2);
   if (!status.ok()) return status;
-  for (int64_t i = 0; i < count; ++i) out[i] = BFloat16ToFloat(stored[i]);
+  LoadAsFloat(stored.data(), DType::kBFloat16, out, count);
   return absl::OkStatus();
 }
 
@@ -93,7 +93,7 @@ absl::Status Session::WriteState(int32_t layer, int32_t part, const float* value
     return engine_->backend().StateFromHost(dst, values, count * 4);
   }
   std::vector<uint16_t> stored(count);
-  for (int64_t i = 0; i < count; ++i) stored[i] = FloatToBFloat16(values[i]);
+  StoreFromFloat(values, DType::kBFloat16, stored.data(), count);
   return engine_->backend().StateFromHost(dst, stored.data(), count * 2);
 }
 

@@ -37,13 +37,9 @@ void ConvertState(const void* src, DType from, void* dst, DType to, int64_t coun
   if (from == to) {
     std::memcpy(dst, src, count * DTypeSize(from));
   } else if (from == DType::kFloat32) {
-    for (int64_t i = 0; i < count; ++i) {
-      static_cast<uint16_t*>(dst)[i] = FloatToBFloat16(static_cast<const float*>(src)[i]);
-    }
+    StoreFromFloat(static_cast<const float*>(src), to, dst, count);
   } else {
-    for (int64_t i = 0; i < count; ++i) {
-      static_cast<float*>(dst)[i] = BFloat16ToFloat(static_cast<const uint16_t*>(src)[i]);
-    }
+    LoadAsFloat(src, from, static_cast<float*>(dst), count);
   }
 }
 

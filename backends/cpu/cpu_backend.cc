@@ -91,12 +91,10 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
   if (bf16) {
     const uint16_t* stored = static_cast<const uint16_t*>(block);
     state = scratch.head_state.data();
-    for (int64_t i = 0; i < K * V; ++i) state[i] = BFloat16ToFloat(stored[matrix_offset + i]);
+    LoadAsFloat(stored + matrix_offset, DType::kBFloat16, state, K * V);
     if (spec.normalize) {
       normalizer = state + K * V;
-      for (int64_t i = 0; i < K; ++i) {
-        normalizer[i] = BFloat16ToFloat(stored[normalizer_offset + i]);
-      }
+      LoadAsFloat(stored + normalizer_offset, DType::kBFloat16, normalizer, K);
     }
   } else {
     state = static_cast<float*>(block) + matrix_offset;
@@ -111,11 +109,9 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
 
   if (bf16) {
     uint16_t* stored = static_cast<uint16_t*>(block);
-    for (int64_t i = 0; i < K * V; ++i) stored[matrix_offset + i] = FloatToBFloat16(state[i]);
+    StoreFromFloat(state, DType::kBFloat16, stored + matrix_offset, K * V);
     if (spec.normalize) {
-      for (int64_t i = 0; i < K; ++i) {
-        stored[normalizer_offset + i] = FloatToBFloat16(normalizer[i]);
-      }
+      StoreFromFloat(normalizer, DType::kBFloat16, stored + normalizer_offset, K);
     }
   }
 }
@@ -148,8 +144,8 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   });
 
   if (!direct_output) {
-    StoreFloats(output_scratch_.data(), out_count, static_cast<lumen_dtype>(run.output->dtype),
-                run.output->o);
+    StoreFromFloat(output_scratch_.data(), static_cast<DType>(run.output->dtype), run.output->o,
+                   out_count);
   }
   return absl::OkStatus();
 }

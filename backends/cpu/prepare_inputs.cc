@@ -11,22 +11,7 @@ namespace {
 // Reads count elements of `dtype` as fp32 into out.
 void LoadFloats(const void* src, int64_t count, int32_t dtype, std::vector<float>* out) {
   out->resize(count);
-  float* dst = out->data();
-  switch (dtype) {
-    case LUMEN_DTYPE_FLOAT32:
-      std::copy_n(static_cast<const float*>(src), count, dst);
-      break;
-    case LUMEN_DTYPE_BFLOAT16:
-      for (int64_t i = 0; i < count; ++i) {
-        dst[i] = BFloat16ToFloat(static_cast<const uint16_t*>(src)[i]);
-      }
-      break;
-    default:
-      for (int64_t i = 0; i < count; ++i) {
-        dst[i] = Float16ToFloat(static_cast<const uint16_t*>(src)[i]);
-      }
-      break;
-  }
+  LoadAsFloat(src, static_cast<DType>(dtype), out->data(), count);
 }
 
 // fp32 view of an input: in place when it is already fp32, else converted into storage.
@@ -129,24 +114,6 @@ void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int6
     }
   } else {
     out->beta = nullptr;
-  }
-}
-
-void StoreFloats(const float* src, int64_t count, lumen_dtype dtype, void* dst) {
-  switch (dtype) {
-    case LUMEN_DTYPE_FLOAT32:
-      std::copy_n(src, count, static_cast<float*>(dst));
-      break;
-    case LUMEN_DTYPE_BFLOAT16:
-      for (int64_t i = 0; i < count; ++i) {
-        static_cast<uint16_t*>(dst)[i] = FloatToBFloat16(src[i]);
-      }
-      break;
-    default:
-      for (int64_t i = 0; i < count; ++i) {
-        static_cast<uint16_t*>(dst)[i] = FloatToFloat16(src[i]);
-      }
-      break;
   }
 }
 

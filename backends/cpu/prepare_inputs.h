@@ -25,7 +25,4 @@ struct PreparedInputs {
 void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int64_t tokens,
                    PreparedInputs* out);
 
-// Writes src[0..count) as `dtype` into dst.
-void StoreFloats(const float* src, int64_t count, lumen_dtype dtype, void* dst);
-
 }  // namespace lumen::cpu
