@@ -346,7 +346,18 @@ LUMEN_API lumen_status lumen_session_reset(lumen_session* session);
  */
 LUMEN_API lumen_status lumen_session_model(const lumen_session* session, lumen_model** out);
 
-/** Writes how many tokens layer `layer` of the session has consumed to *out. */
+/**
+ * The most tokens one layer of a session can consume, 2^62. A layer call that would take a
+ * session's layer past it fails with LUMEN_ERROR_INVALID_ARGUMENT before anything changes
+ * (reset or restore the session to go on), and a snapshot whose token count exceeds it is
+ * LUMEN_ERROR_CORRUPT_SNAPSHOT. At a billion tokens a second this is 146 years.
+ */
+#define LUMEN_MAX_TOKENS 4611686018427387904
+
+/**
+ * Writes how many tokens layer `layer` of the session has consumed (0 to LUMEN_MAX_TOKENS)
+ * to *out.
+ */
 LUMEN_API lumen_status lumen_session_tokens(const lumen_session* session, int32_t layer,
                                             int64_t* out);
 
@@ -504,12 +515,28 @@ LUMEN_API lumen_status lumen_session_restore(lumen_session* session, const void*
  * go to a temporary file in the same directory, which is flushed to disk and renamed over
  * `path`, and the directory is flushed. A crash at any moment leaves the old file or the new
  * one, never a torn one. The file is readable and writable by its owner only (it holds a
- * conversation). options may be NULL. Returns LUMEN_ERROR_IO with the system's reason.
+ * conversation). options may be NULL.
+ *
+ * If `path` is a symbolic link (or a chain of them), the file it points to is replaced and
+ * the link stays. The temporary file is ".lumen-tmp-" and 16 hex digits, in the replaced
+ * file's directory, and the same for every save to that file: a save killed midway may leave
+ * it behind, and the next save to the same path reuses it (so removes it). Saves to the same
+ * path wait for each other through a lock on it (flock; where the file system has none,
+ * callers must not save to one path from two places at once).
+ *
+ * Returns LUMEN_ERROR_IO with the system's reason. Thread-safe for distinct sessions; the
+ * session is only read.
  */
 LUMEN_API lumen_status lumen_session_save(const lumen_session* session, const char* path,
                                           const lumen_snapshot_options* options);
 
-/** Restores the session from the snapshot file `path`; same guarantees as restore. */
+/**
+ * Restores the session from the snapshot file `path`; same guarantees as restore. Only a
+ * regular file is read: anything else (a FIFO, a device, a directory) is LUMEN_ERROR_IO
+ * without waiting on it. A file whose size no snapshot of the session's model can have is
+ * rejected after reading its head only (at most 32 + 48 * layers bytes), with the head's
+ * first problem (version, model) or LUMEN_ERROR_CORRUPT_SNAPSHOT.
+ */
 LUMEN_API lumen_status lumen_session_load(lumen_session* session, const char* path);
 
 #ifdef __cplusplus
