@@ -299,13 +299,7 @@ absl::Status LoadSnapshotFile(Session& session, const std::string& path) {
   if (!got.ok()) return got.status();
   if (absl::Status magic = snapshot::CheckMagic(head.data(), *got); !magic.ok()) return magic;
   if (absl::Status problem = snapshot::CheckHead(model, head.data(), size); !problem.ok()) {
-    // A size no snapshot of this model has (every layer in fp32 is the largest, every layer
-    // in bf16 the smallest) is reported from the head alone: reading the rest of a file of
-    // any size only to verify its checksum could take as long as the file is large.
-    if (size < snapshot::SnapshotSize(model, DType::kBFloat16) ||
-        size > snapshot::SnapshotSize(model, DType::kFloat32)) {
-      return problem;
-    }
+    if (!snapshot::PossibleSize(model, size)) return problem;
     absl::StatusOr<bool> intact = ChecksumMatches(fd, head.data(), *got, size, path);
     if (!intact.ok()) return intact.status();
     return *intact ? problem : snapshot::ChecksumMismatch();

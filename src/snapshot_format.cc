@@ -197,6 +197,11 @@ absl::Status ChecksumMismatch() {
   return Corrupt("checksum mismatch: the bytes are truncated or damaged");
 }
 
+bool PossibleSize(const Model& model, int64_t size) {
+  return size >= SnapshotSize(model, DType::kBFloat16) &&
+         size <= SnapshotSize(model, DType::kFloat32);
+}
+
 uint64_t StoredChecksum(const char* trailer) { return GetU64(trailer); }
 
 std::vector<PayloadBlock> PayloadBlocks(const Model& model) {
