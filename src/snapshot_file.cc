@@ -68,8 +68,12 @@ absl::StatusOr<std::string> ResolveLinks(const std::string& path) {
     std::string target(PATH_MAX, '\0');
     const ssize_t length = ::readlink(current.c_str(), target.data(), target.size());
     if (length < 0) return IoError("read the link", current, errno);
+    if (length == static_cast<ssize_t>(target.size())) {
+      return IoError("read the link", current, ENAMETOOLONG);
+    }
     target.resize(static_cast<size_t>(length));
-    current = target.front() == '/' ? target : DirectoryOf(current) + "/" + target;
+    const bool absolute = !target.empty() && target.front() == '/';
+    current = absolute ? target : DirectoryOf(current) + "/" + target;
   }
   return IoError("resolve the links of", path, ELOOP);
 }

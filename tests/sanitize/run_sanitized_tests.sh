@@ -5,8 +5,9 @@
 #
 #   tests/sanitize/run_sanitized_tests.sh SOURCE_DIR BUILD_DIR [JOBS]
 #
-# Not run there: the restore fuzzer (it has its own ASan + UBSan build) and the install
-# check (it builds unsanitized consumers against the installed library).
+# Not run there: the restore fuzzer (it has its own ASan + UBSan build), the install check
+# (it builds unsanitized consumers against the installed library) and the bindings (their
+# interpreters cannot load an ASan library without preloading its runtime).
 set -euo pipefail
 
 source_dir="$1"
@@ -19,7 +20,7 @@ cmake -S "$source_dir" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DLUMEN_BUILD_TESTS=ON -DLUMEN_SANITIZED_TESTS=OFF >/dev/null
+  -DLUMEN_BUILD_TESTS=ON -DLUMEN_BUILD_BINDINGS=OFF -DLUMEN_SANITIZED_TESTS=OFF >/dev/null
 cmake --build "$build" -j "$jobs"
 built=$(date +%s)
 
