@@ -33,6 +33,15 @@
 /* The export macro means nothing to SWIG. */
 #define LUMEN_API
 
+/* Java and C# names of enumerations: LumenFamily.GATED_DELTA_NET, LumenStatus.OK. Prefixes not
+ * listed keep their full names. */
+%define LUMEN_ENUM_NAMES
+%rename("%(camelcase)s", %$isenum) "";
+%rename("%(regex:/^LUMEN_(ERROR|FAMILY|FEATURE_MAP|DTYPE|MEMORY|BACKEND|PARAM|STATE|CONV_ACTIVATION)_(.*)$/\\2/)s",
+        %$isenumitem) "";
+%rename(OK) LUMEN_OK;
+%enddef
+
 #if defined(SWIGPYTHON)
 %include "python.i"
 #elif defined(SWIGJAVA)
@@ -47,7 +56,10 @@
 %rename("$ignore", match$name="struct_size") "";
 
 /* Options structs: `new` fills the defaults through the header's init function. */
-%define LUMEN_OPTIONS_STRUCT(TYPE, INIT)
+%define LUMEN_OPTIONS_STRUCT(TYPE, INIT, NAME)
+#if !defined(SWIGPYTHON)
+%rename(NAME) TYPE;
+#endif
 %extend TYPE {
   TYPE() {
     TYPE* options = (TYPE*)calloc(1, sizeof(TYPE));
@@ -58,11 +70,11 @@
 }
 LUMEN_LANGUAGE_STRUCT(TYPE, INIT)
 %enddef
-LUMEN_OPTIONS_STRUCT(lumen_layer_options, lumen_layer_options_init)
-LUMEN_OPTIONS_STRUCT(lumen_engine_options, lumen_engine_options_init)
-LUMEN_OPTIONS_STRUCT(lumen_layer_inputs, lumen_layer_inputs_init)
-LUMEN_OPTIONS_STRUCT(lumen_layer_output, lumen_layer_output_init)
-LUMEN_OPTIONS_STRUCT(lumen_snapshot_options, lumen_snapshot_options_init)
+LUMEN_OPTIONS_STRUCT(lumen_layer_options, lumen_layer_options_init, LayerOptions)
+LUMEN_OPTIONS_STRUCT(lumen_engine_options, lumen_engine_options_init, EngineOptions)
+LUMEN_OPTIONS_STRUCT(lumen_layer_inputs, lumen_layer_inputs_init, LayerInputs)
+LUMEN_OPTIONS_STRUCT(lumen_layer_output, lumen_layer_output_init, LayerOutput)
+LUMEN_OPTIONS_STRUCT(lumen_snapshot_options, lumen_snapshot_options_init, SnapshotOptions)
 
 /* Every language's typemaps for `void*` (an address) and `void** out` (a new handle) also
  * serve the handles. */
@@ -75,8 +87,15 @@ LUMEN_HANDLE(lumen_model_builder)
 LUMEN_HANDLE(lumen_model)
 LUMEN_HANDLE(lumen_engine)
 LUMEN_HANDLE(lumen_session)
+/* Batches of sessions (Python checks cu_seqlens against n; Java and C# take n from the array). */
+#if defined(SWIGCSHARP)
+%apply void* const* sessions { lumen_session* const* sessions };
+#else
 %apply (void* const* sessions, int32_t n) { (lumen_session* const* sessions, int32_t n) };
+#endif
+#if defined(SWIGPYTHON)
 %apply (void* const* sessions, int32_t n, const int32_t* cu_seqlens) {
   (lumen_session* const* sessions, int32_t n, const int32_t* cu_seqlens) };
+#endif
 
 %include "lumen/lumen.h"

@@ -163,17 +163,17 @@ LUMEN_SCALAR_OUT(lumen_memory, out)
 %enddef
 
 /* ---- buffers ---------------------------------------------------------------------------- */
-%define LUMEN_BUFFER(SIGNATURE, WRITABLE, CODE)
-%typemap(in) SIGNATURE (PyObject* memory = NULL, void* data = NULL) {
+%define LUMEN_BUFFER(POINTER, COUNT, WRITABLE, CODE)
+%typemap(in) (POINTER, COUNT) (PyObject* memory = NULL, void* data = NULL) {
   memory = binding_view($input, WRITABLE, CODE, "$1_name", &data, &$2);
   if (!memory) SWIG_fail;
   $1 = ($1_ltype)data;
 }
-%typemap(freearg) SIGNATURE { Py_XDECREF(memory$argnum); }
+%typemap(freearg) (POINTER, COUNT) { Py_XDECREF(memory$argnum); }
 %enddef
-LUMEN_BUFFER(%arg((const float* values, int64_t count)), 0, 'f')
-LUMEN_BUFFER(%arg((float* out, int64_t count)), 1, 'f')
-LUMEN_BUFFER(%arg((const void* data, int64_t size)), 0, 0)
+LUMEN_BUFFER(const float* values, int64_t count, 0, 'f')
+LUMEN_BUFFER(float* out, int64_t count, 1, 'f')
+LUMEN_BUFFER(const void* data, int64_t size, 0, 0)
 
 /* A snapshot buffer: a writable buffer, or an int n for a new bytes object of n bytes. */
 %typemap(in) (void* buffer, int64_t capacity) (PyObject* memory = NULL, PyObject* bytes = NULL,
