@@ -1,7 +1,8 @@
 /*
  * Java typemaps (OpenJDK 17, JNI). Included by lumen.i; generates package org.lumen.capi.
  *
- * - A non-OK lumen_status throws org.lumen.LumenException (status, name, message).
+ * - A non-OK lumen_status throws org.lumen.LumenException (status, name, message); calls
+ *   that return one return LUMEN_OK otherwise.
  * - Handles and buffer fields are longs (addresses; 0 is NULL).
  * - Out-pointers are arrays of at least one element: long[] for handles and int64_t, int[]
  *   for int32_t and enums.
@@ -29,9 +30,15 @@ LUMEN_ENUM_NAMES
 /* ---- status ------------------------------------------------------------------------------ */
 %typemap(jni) lumen_status "jint"
 %typemap(jtype) lumen_status "int"
-%typemap(jstype) lumen_status "void"
+/* A call returns LUMEN_OK (0) or throws. (Not void: SWIG would declare the LumenStatus
+ * constants with the same Java type.) */
+%typemap(jstype) lumen_status "int"
 %typemap(out) lumen_status "$result = (jint)$1;"
-%typemap(javaout) lumen_status { org.lumen.LumenException.check($jnicall); }
+%typemap(javaout) lumen_status {
+    int status = $jnicall;
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
 /* ---- addresses: handles and buffer fields ---------------------------------------------- */
 %typemap(jni) void*, const void* "jlong"
@@ -131,18 +138,17 @@ LUMEN_PINNED(void* buffer, int64_t capacity, jbyteArray, byte[], 1, 0)
 }
 %typemap(freearg) (void* const* sessions, int32_t n) { free(addresses$argnum); }
 
-/* cu_seqlens: int[], copied (n + 1 entries, checked by lumen's Java classes). */
+/* cu_seqlens: int[] (n + 1 entries, checked by lumen's Java classes). */
 %typemap(jni) const int32_t* cu_seqlens "jintArray"
 %typemap(jtype) const int32_t* cu_seqlens "int[]"
 %typemap(jstype) const int32_t* cu_seqlens "int[]"
 %typemap(javain) const int32_t* cu_seqlens "$javainput"
 %typemap(in) const int32_t* cu_seqlens {
-  if (!$input) {
-    SWIG_JavaThrowException(jenv, SWIG_JavaNullPointerException, "cu_seqlens: null array");
-    return $null;
+  $1 = NULL; /* null: NULL, which lumen rejects where it needs offsets */
+  if ($input) {
+    $1 = (int32_t*)(*jenv)->GetIntArrayElements(jenv, $input, NULL);
+    if (!$1) return $null;
   }
-  $1 = (int32_t*)(*jenv)->GetIntArrayElements(jenv, $input, NULL);
-  if (!$1) return $null;
 }
 %typemap(freearg) const int32_t* cu_seqlens {
   if ($1) (*jenv)->ReleaseIntArrayElements(jenv, $input, (jint*)$1, JNI_ABORT);

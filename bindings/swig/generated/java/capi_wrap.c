@@ -375,12 +375,11 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_binding_1run_1pinned(JNIEnv 
     arg7 = (int32_t)size;
   }
   {
-    if (!jarg8) {
-      SWIG_JavaThrowException(jenv, SWIG_JavaNullPointerException, "cu_seqlens: null array");
-      return 0;
+    arg8 = NULL; /* null: NULL, which lumen rejects where it needs offsets */
+    if (jarg8) {
+      arg8 = (int32_t*)(*jenv)->GetIntArrayElements(jenv, jarg8, NULL);
+      if (!arg8) return 0;
     }
-    arg8 = (int32_t*)(*jenv)->GetIntArrayElements(jenv, jarg8, NULL);
-    if (!arg8) return 0;
   }
   arg9 = *(lumen_layer_inputs **)&jarg9; 
   arg10 = *(lumen_layer_output **)&jarg10; 
@@ -2120,12 +2119,11 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1prefill_1varl
     arg4 = (int32_t)size;
   }
   {
-    if (!jarg5) {
-      SWIG_JavaThrowException(jenv, SWIG_JavaNullPointerException, "cu_seqlens: null array");
-      return 0;
+    arg5 = NULL; /* null: NULL, which lumen rejects where it needs offsets */
+    if (jarg5) {
+      arg5 = (int32_t*)(*jenv)->GetIntArrayElements(jenv, jarg5, NULL);
+      if (!arg5) return 0;
     }
-    arg5 = (int32_t*)(*jenv)->GetIntArrayElements(jenv, jarg5, NULL);
-    if (!arg5) return 0;
   }
   arg6 = *(lumen_layer_inputs **)&jarg6; 
   arg7 = *(lumen_layer_output **)&jarg7; 

@@ -22,7 +22,11 @@ public class Capi implements CapiConstants {
    * already set, or absent) or a float[] / short[] whose element count the caller has set in
    * the matching *_count field. The pinned fields are cleared again afterwards.
    */
-  public static void binding_run_pinned(int call, long target, int layer, int num_tokens, long[] sessions, int[] cu_seqlens, LayerInputs inputs, LayerOutput output, java.lang.Object[] arrays) { org.lumen.LumenException.check(CapiJNI.binding_run_pinned(call, target, layer, num_tokens, sessions, cu_seqlens, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output, arrays)); }
+  public static int binding_run_pinned(int call, long target, int layer, int num_tokens, long[] sessions, int[] cu_seqlens, LayerInputs inputs, LayerOutput output, java.lang.Object[] arrays) {
+    int status = CapiJNI.binding_run_pinned(call, target, layer, num_tokens, sessions, cu_seqlens, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output, arrays);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    *  Returns MAJOR * 10000 + MINOR * 100 + PATCH of the loaded library. Thread-safe. 
@@ -76,7 +80,11 @@ public class Capi implements CapiConstants {
    * lumen_model_builder_destroy. Returns LUMEN_ERROR_INVALID_ARGUMENT if out is NULL.<br>
    * Builders are not thread-safe.
    */
-  public static void lumen_model_builder_create(long[] out) { org.lumen.LumenException.check(CapiJNI.lumen_model_builder_create(out)); }
+  public static int lumen_model_builder_create(long[] out) {
+    int status = CapiJNI.lumen_model_builder_create(out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    *  Frees a builder (models built from it stay valid). NULL is a no-op. 
@@ -94,7 +102,11 @@ public class Capi implements CapiConstants {
    * *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming<br>
    * the problem.
    */
-  public static void lumen_model_builder_add_layer(long builder, LayerOptions options, int[] out_layer) { org.lumen.LumenException.check(CapiJNI.lumen_model_builder_add_layer(builder, LayerOptions.getCPtr(options), options, out_layer)); }
+  public static int lumen_model_builder_add_layer(long builder, LayerOptions options, int[] out_layer) {
+    int status = CapiJNI.lumen_model_builder_add_layer(builder, LayerOptions.getCPtr(options), options, out_layer);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Sets parameter `param` of layer `layer` to a copy of values[0..count). count must be the<br>
@@ -102,14 +114,22 @@ public class Capi implements CapiConstants {
    * and LUMEN_ERROR_INVALID_ARGUMENT for a parameter the layer does not take, a wrong count or<br>
    * values that are not finite (decays must lie in (0, 1)).
    */
-  public static void lumen_model_builder_set_param(long builder, int layer, int param, float[] values) { org.lumen.LumenException.check(CapiJNI.lumen_model_builder_set_param(builder, layer, param, values)); }
+  public static int lumen_model_builder_set_param(long builder, int layer, int param, float[] values) {
+    int status = CapiJNI.lumen_model_builder_set_param(builder, layer, param, values);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Builds an immutable model from the builder's layers, checking that every layer has the<br>
    * parameters it needs and that there is at least one layer. The caller owns *out (free with<br>
    * lumen_model_destroy). The builder is left unchanged and may build again.
    */
-  public static void lumen_model_builder_build(long builder, long[] out) { org.lumen.LumenException.check(CapiJNI.lumen_model_builder_build(builder, out)); }
+  public static int lumen_model_builder_build(long builder, long[] out) {
+    int status = CapiJNI.lumen_model_builder_build(builder, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    *  Releases the caller's reference; engines and sessions keep their own. NULL is a no-op. 
@@ -121,18 +141,30 @@ public class Capi implements CapiConstants {
   /**
    *  Writes the number of layers to *out. Thread-safe. 
    */
-  public static void lumen_model_num_layers(long model, int[] out) { org.lumen.LumenException.check(CapiJNI.lumen_model_num_layers(model, out)); }
+  public static int lumen_model_num_layers(long model, int[] out) {
+    int status = CapiJNI.lumen_model_num_layers(model, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    *  Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out. 
    */
-  public static void lumen_model_layer_options(long model, int layer, LayerOptions out) { org.lumen.LumenException.check(CapiJNI.lumen_model_layer_options(model, layer, LayerOptions.getCPtr(out), out)); }
+  public static int lumen_model_layer_options(long model, int layer, LayerOptions out) {
+    int status = CapiJNI.lumen_model_layer_options(model, layer, LayerOptions.getCPtr(out), out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Writes the element count of one part of layer `layer`'s state in the canonical fp32 layout<br>
    * (HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer keeps none).
    */
-  public static void lumen_model_state_count(long model, int layer, int part, long[] out) { org.lumen.LumenException.check(CapiJNI.lumen_model_state_count(model, layer, part, out)); }
+  public static int lumen_model_state_count(long model, int layer, int part, long[] out) {
+    int status = CapiJNI.lumen_model_state_count(model, layer, part, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Writes the bytes a session keeps for layer `layer` (both parts, in its stored dtype), or,<br>
@@ -140,7 +172,11 @@ public class Capi implements CapiConstants {
    * the padding that aligns each layer to 64 bytes. Independent of how many tokens the session<br>
    * has consumed.
    */
-  public static void lumen_model_state_bytes(long model, int layer, long[] out) { org.lumen.LumenException.check(CapiJNI.lumen_model_state_bytes(model, layer, out)); }
+  public static int lumen_model_state_bytes(long model, int layer, long[] out) {
+    int status = CapiJNI.lumen_model_state_bytes(model, layer, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    *  Fills *options with defaults. 
@@ -154,7 +190,11 @@ public class Capi implements CapiConstants {
    * The engine keeps a reference to the model. Returns LUMEN_ERROR_UNSUPPORTED when the backend<br>
    * was not built or no device is present. Free with lumen_engine_destroy.
    */
-  public static void lumen_engine_create(long model, EngineOptions options, long[] out) { org.lumen.LumenException.check(CapiJNI.lumen_engine_create(model, EngineOptions.getCPtr(options), options, out)); }
+  public static int lumen_engine_create(long model, EngineOptions options, long[] out) {
+    int status = CapiJNI.lumen_engine_create(model, EngineOptions.getCPtr(options), options, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    *  Releases the caller's reference; sessions keep their own. NULL is a no-op. 
@@ -166,19 +206,31 @@ public class Capi implements CapiConstants {
   /**
    *  Writes the backend actually used (never AUTO) to *out. 
    */
-  public static void lumen_engine_backend(long engine, int[] out) { org.lumen.LumenException.check(CapiJNI.lumen_engine_backend(engine, out)); }
+  public static int lumen_engine_backend(long engine, int[] out) {
+    int status = CapiJNI.lumen_engine_backend(engine, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Writes the number of threads the engine's layer calls use, the caller's included, to *out<br>
    * (num_threads = 0 resolved to the hardware's count).
    */
-  public static void lumen_engine_num_threads(long engine, int[] out) { org.lumen.LumenException.check(CapiJNI.lumen_engine_num_threads(engine, out)); }
+  public static int lumen_engine_num_threads(long engine, int[] out) {
+    int status = CapiJNI.lumen_engine_num_threads(engine, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Creates a session of the engine's model with every state zero and every token count 0.<br>
    * The session keeps a reference to the engine. Free with lumen_session_destroy.
    */
-  public static void lumen_session_create(long engine, long[] out) { org.lumen.LumenException.check(CapiJNI.lumen_session_create(engine, out)); }
+  public static int lumen_session_create(long engine, long[] out) {
+    int status = CapiJNI.lumen_session_create(engine, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    *  Frees a session and its state. NULL is a no-op. 
@@ -190,36 +242,60 @@ public class Capi implements CapiConstants {
   /**
    *  Creates *out as a deep copy of `session` (state and token counts) on the same engine. 
    */
-  public static void lumen_session_fork(long session, long[] out) { org.lumen.LumenException.check(CapiJNI.lumen_session_fork(session, out)); }
+  public static int lumen_session_fork(long session, long[] out) {
+    int status = CapiJNI.lumen_session_fork(session, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    *  Sets every state to zero and every token count to 0. 
    */
-  public static void lumen_session_reset(long session) { org.lumen.LumenException.check(CapiJNI.lumen_session_reset(session)); }
+  public static int lumen_session_reset(long session) {
+    int status = CapiJNI.lumen_session_reset(session);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Writes a new reference to the session's model to *out (free it with lumen_model_destroy),<br>
    * e.g. to size the buffers of lumen_session_read_state.
    */
-  public static void lumen_session_model(long session, long[] out) { org.lumen.LumenException.check(CapiJNI.lumen_session_model(session, out)); }
+  public static int lumen_session_model(long session, long[] out) {
+    int status = CapiJNI.lumen_session_model(session, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    *  Writes how many tokens layer `layer` of the session has consumed to *out. 
    */
-  public static void lumen_session_tokens(long session, int layer, long[] out) { org.lumen.LumenException.check(CapiJNI.lumen_session_tokens(session, layer, out)); }
+  public static int lumen_session_tokens(long session, int layer, long[] out) {
+    int status = CapiJNI.lumen_session_tokens(session, layer, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Copies one part of layer `layer`'s state into out[0..count), fp32, canonical layout<br>
    * ([HV, K, V] or [HV, K]). count must equal lumen_model_state_count. Host memory.
    */
-  public static void lumen_session_read_state(long session, int layer, int part, float[] out) { org.lumen.LumenException.check(CapiJNI.lumen_session_read_state(session, layer, part, out)); }
+  public static int lumen_session_read_state(long session, int layer, int part, float[] out) {
+    int status = CapiJNI.lumen_session_read_state(session, layer, part, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Overwrites one part of layer `layer`'s state from values[0..count) (fp32, canonical layout;<br>
    * e.g. a state exported from flash-linear-attention). Rounds to the stored dtype. The token<br>
    * count is unchanged. Rejects non-finite values. Host memory.
    */
-  public static void lumen_session_write_state(long session, int layer, int part, float[] values) { org.lumen.LumenException.check(CapiJNI.lumen_session_write_state(session, layer, part, values)); }
+  public static int lumen_session_write_state(long session, int layer, int part, float[] values) {
+    int status = CapiJNI.lumen_session_write_state(session, layer, part, values);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    *  Fills *inputs with defaults (no buffers, FLOAT32, HOST). 
@@ -240,14 +316,22 @@ public class Capi implements CapiConstants {
    * Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer and LUMEN_ERROR_INVALID_ARGUMENT for<br>
    * missing or wrongly sized buffers; the session is unchanged on any error.
    */
-  public static void lumen_session_step(long session, int layer, LayerInputs inputs, LayerOutput output) { org.lumen.LumenException.check(CapiJNI.lumen_session_step(session, layer, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output)); }
+  public static int lumen_session_step(long session, int layer, LayerInputs inputs, LayerOutput output) {
+    int status = CapiJNI.lumen_session_step(session, layer, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Advances layer `layer` of one session by num_tokens tokens (T = num_tokens &gt;= 1) in the<br>
    * chunkwise form. Equal, within SPEC's bounds, to num_tokens steps, whatever the split of a<br>
    * sequence into prefill calls. The session is unchanged on any error.
    */
-  public static void lumen_session_prefill(long session, int layer, int num_tokens, LayerInputs inputs, LayerOutput output) { org.lumen.LumenException.check(CapiJNI.lumen_session_prefill(session, layer, num_tokens, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output)); }
+  public static int lumen_session_prefill(long session, int layer, int num_tokens, LayerInputs inputs, LayerOutput output) {
+    int status = CapiJNI.lumen_session_prefill(session, layer, num_tokens, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Advances layer `layer` of n distinct sessions of this engine by one token each, in one<br>
@@ -256,7 +340,11 @@ public class Capi implements CapiConstants {
    * LUMEN_ERROR_MODEL_MISMATCH if a session belongs to another engine and<br>
    * LUMEN_ERROR_INVALID_ARGUMENT if a session appears twice; no session changes on any error.
    */
-  public static void lumen_engine_step_batch(long engine, int layer, long[] sessions, LayerInputs inputs, LayerOutput output) { org.lumen.LumenException.check(CapiJNI.lumen_engine_step_batch(engine, layer, sessions, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output)); }
+  public static int lumen_engine_step_batch(long engine, int layer, long[] sessions, LayerInputs inputs, LayerOutput output) {
+    int status = CapiJNI.lumen_engine_step_batch(engine, layer, sessions, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Advances layer `layer` of n distinct sessions by variable numbers of tokens in one call.<br>
@@ -264,7 +352,11 @@ public class Capi implements CapiConstants {
    * (cu_seqlens has n + 1 entries, starts at 0, never decreases; host memory). A session may<br>
    * get 0 tokens. Same errors and guarantees as lumen_engine_step_batch.
    */
-  public static void lumen_engine_prefill_varlen(long engine, int layer, long[] sessions, int[] cu_seqlens, LayerInputs inputs, LayerOutput output) { org.lumen.LumenException.check(CapiJNI.lumen_engine_prefill_varlen(engine, layer, sessions, cu_seqlens, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output)); }
+  public static int lumen_engine_prefill_varlen(long engine, int layer, long[] sessions, int[] cu_seqlens, LayerInputs inputs, LayerOutput output) {
+    int status = CapiJNI.lumen_engine_prefill_varlen(engine, layer, sessions, cu_seqlens, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    *  Fills *options with defaults (FLOAT32 state). 
@@ -277,14 +369,22 @@ public class Capi implements CapiConstants {
    * Writes the size in bytes of the session's snapshot to *out. options may be NULL (defaults).<br>
    * The size depends on the model and the options only, never on the tokens consumed.
    */
-  public static void lumen_session_snapshot_size(long session, SnapshotOptions options, long[] out) { org.lumen.LumenException.check(CapiJNI.lumen_session_snapshot_size(session, SnapshotOptions.getCPtr(options), options, out)); }
+  public static int lumen_session_snapshot_size(long session, SnapshotOptions options, long[] out) {
+    int status = CapiJNI.lumen_session_snapshot_size(session, SnapshotOptions.getCPtr(options), options, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Writes the session's snapshot into buffer[0..capacity) (host memory) and its size to<br>
    * *out_size (may be NULL). Returns LUMEN_ERROR_BUFFER_TOO_SMALL, writing nothing, when<br>
    * capacity is below lumen_session_snapshot_size. The session is only read.
    */
-  public static void lumen_session_snapshot(long session, SnapshotOptions options, byte[] buffer, long[] out_size) { org.lumen.LumenException.check(CapiJNI.lumen_session_snapshot(session, SnapshotOptions.getCPtr(options), options, buffer, out_size)); }
+  public static int lumen_session_snapshot(long session, SnapshotOptions options, byte[] buffer, long[] out_size) {
+    int status = CapiJNI.lumen_session_snapshot(session, SnapshotOptions.getCPtr(options), options, buffer, out_size);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Replaces the session's state and token counts with those of a snapshot (host memory,<br>
@@ -296,7 +396,11 @@ public class Capi implements CapiConstants {
    * for a newer format, LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from the<br>
    * session's (the message says which layer and what differs).
    */
-  public static void lumen_session_restore(long session, byte[] data) { org.lumen.LumenException.check(CapiJNI.lumen_session_restore(session, data)); }
+  public static int lumen_session_restore(long session, byte[] data) {
+    int status = CapiJNI.lumen_session_restore(session, data);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    * Saves the session's snapshot to the file `path` (UTF-8) atomically and durably: the bytes<br>
@@ -305,11 +409,19 @@ public class Capi implements CapiConstants {
    * one, never a torn one. The file is readable and writable by its owner only (it holds a<br>
    * conversation). options may be NULL. Returns LUMEN_ERROR_IO with the system's reason.
    */
-  public static void lumen_session_save(long session, String path, SnapshotOptions options) { org.lumen.LumenException.check(CapiJNI.lumen_session_save(session, path, SnapshotOptions.getCPtr(options), options)); }
+  public static int lumen_session_save(long session, String path, SnapshotOptions options) {
+    int status = CapiJNI.lumen_session_save(session, path, SnapshotOptions.getCPtr(options), options);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
   /**
    *  Restores the session from the snapshot file `path`; same guarantees as restore. 
    */
-  public static void lumen_session_load(long session, String path) { org.lumen.LumenException.check(CapiJNI.lumen_session_load(session, path)); }
+  public static int lumen_session_load(long session, String path) {
+    int status = CapiJNI.lumen_session_load(session, path);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
 
 }

@@ -12,50 +12,50 @@ package org.lumen.capi;
  *  Result of every fallible call. Values are fixed forever; new codes are appended. 
  */
 public final class LumenStatus {
-  public final static void OK = 0;
+  public final static int OK = 0;
   /**
    *  An argument is NULL, out of range, inconsistent, or a buffer has the wrong size. 
    */
-  public final static void INVALID_ARGUMENT = 1;
+  public final static int INVALID_ARGUMENT = 1;
   /**
    *  A layer index is outside the model. 
    */
-  public final static void OUT_OF_RANGE = 2;
+  public final static int OUT_OF_RANGE = 2;
   /**
    *  A session belongs to another engine or model than the call needs. 
    */
-  public final static void MODEL_MISMATCH = 3;
+  public final static int MODEL_MISMATCH = 3;
   /**
    *  Memory could not be allocated. 
    */
-  public final static void OUT_OF_MEMORY = 4;
+  public final static int OUT_OF_MEMORY = 4;
   /**
    *  The request is valid but this build or backend cannot do it (e.g. CUDA not built). 
    */
-  public final static void UNSUPPORTED = 5;
+  public final static int UNSUPPORTED = 5;
   /**
    *  The backend (a device runtime) failed. 
    */
-  public final static void BACKEND = 6;
+  public final static int BACKEND = 6;
   /**
    *  A bug in lumen: please report it with the message. 
    */
-  public final static void INTERNAL = 7;
+  public final static int INTERNAL = 7;
   /**
    *  A caller buffer is smaller than the result; query the size first. 
    */
-  public final static void BUFFER_TOO_SMALL = 8;
+  public final static int BUFFER_TOO_SMALL = 8;
   /**
    *  Snapshot bytes are truncated, damaged or not a lumen snapshot (checksum, magic, layout). 
    */
-  public final static void CORRUPT_SNAPSHOT = 9;
+  public final static int CORRUPT_SNAPSHOT = 9;
   /**
    *  A snapshot was written in a newer format version than this library reads. 
    */
-  public final static void SNAPSHOT_VERSION = 10;
+  public final static int SNAPSHOT_VERSION = 10;
   /**
    *  A file could not be opened, read, written, flushed or renamed. 
    */
-  public final static void IO = 11;
+  public final static int IO = 11;
 }
 
