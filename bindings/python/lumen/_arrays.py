@@ -51,12 +51,12 @@ def _from_buffer(obj, name, dtype, writable):
     if writable and view.readonly:
         view.release()
         raise TypeError("%s must be writable" % name)
-    format_code = view.format.lstrip("@=<")
-    choices = _FORMATS.get(format_code)
+    format_code = view.format
+    choices = _FORMATS.get(format_code.lstrip("@=<"))
     if choices is None:
         view.release()
         raise TypeError("%s has element format %r; lumen takes float32 ('f'), float16 ('e') or "
-                        "bf16/fp16 bits as uint16 ('H') with dtype=" % (name, view.format))
+                        "bf16/fp16 bits as uint16 ('H') with dtype=" % (name, format_code))
     if dtype is None:
         if len(choices) > 1:
             view.release()
@@ -65,7 +65,7 @@ def _from_buffer(obj, name, dtype, writable):
     elif dtype not in choices:
         view.release()
         raise TypeError("%s has element format %r, which cannot hold dtype %d"
-                        % (name, view.format, dtype))
+                        % (name, format_code, dtype))
     count = view.nbytes // view.itemsize
     return Buffer(capi.binding_buffer_address(view) if count else None, count, dtype, _HOST,
                   view)
