@@ -296,10 +296,12 @@ class LumenTest {
     // 256 KiB of state per session: 2,000 leaked sessions would hold 500 MiB.
     try (ModelBuilder builder = new ModelBuilder()) {
       builder.addLayer(layer(LumenFamily.RETENTION, 4, 4, 128, 128));
+      EngineOptions oneThread = new EngineOptions();
+      oneThread.setNumThreads(1);
       try (Model big = builder.build()) {
         Runnable cycles = () -> {
           for (int i = 0; i < 1000; ++i) {
-            try (Engine e = new Engine(big); Session s = e.newSession()) {
+            try (Engine e = new Engine(big, oneThread); Session s = e.newSession()) {
               Session fork = s.fork();
               fork.restore(s.snapshot());
               if (i % 2 == 0) fork.close();  // else: the Cleaner frees it
