@@ -69,10 +69,17 @@ def _fill(struct, fields):
     return struct
 
 
-def LayerOptions(**fields):
+def LayerOptions(preset=None, **fields):
     """A lumen_layer_options with defaults, then the given fields: LayerOptions(
-    family="gated_delta_net", num_heads=16, key_dim=128, value_dim=128, qk_l2norm=True)."""
-    return _fill(capi.lumen_layer_options(), fields)
+    family="gated_delta_net", num_heads=16, key_dim=128, value_dim=128, qk_l2norm=True).
+    preset="name" starts from the header's lumen_layer_options_init_<name> instead."""
+    options = capi.lumen_layer_options()
+    if preset is not None:
+        init = getattr(capi, "lumen_layer_options_init_" + preset, None)
+        if init is None:
+            raise ValueError("lumen.h has no preset %r" % preset)
+        init(options)
+    return _fill(options, fields)
 
 
 def EngineOptions(**fields):
