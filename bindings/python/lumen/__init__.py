@@ -383,9 +383,9 @@ def _run(call, out_shape, q, k, v, g, beta, out=None, dtype=None, out_dtype=None
     for name, buffer in buffers.items():
         if (buffer.dtype, buffer.memory) != (first.dtype, first.memory):
             raise ValueError("%s is %s in %s memory but q is %s in %s memory: one call takes "
-                             "one dtype and one memory" % (name, buffer.dtype.name,
-                                                           buffer.memory.name, first.dtype.name,
-                                                           first.memory.name))
+                             "one dtype and one memory"
+                             % (name, DType(buffer.dtype).name, Memory(buffer.memory).name,
+                                DType(first.dtype).name, Memory(first.memory).name))
         setattr(inputs, name, buffer.address)
         setattr(inputs, name + "_count", buffer.count)
     if stream is not None and hasattr(inputs, "stream"):

@@ -5,6 +5,7 @@ Run by ctest (bindings_python) with PYTHONPATH at the build's bindings/python an
 LUMEN_HEADER at capi/include/lumen/lumen.h.
 """
 import array
+import ctypes
 import gc
 import os
 import re
@@ -267,3 +268,77 @@ def test_native_memory_is_released():
     grown = resident_bytes() - before
     assert grown < 32 << 20, "resident memory grew by %d bytes" % grown
     model.close()
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    """dlpack.h's DLManagedTensor (a DLTensor, then manager_ctx and deleter)."""
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64),
+                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class _FakeDeviceTensor:
+    """A DLPack producer that says its (host) data lives on CUDA device 0: what a GPU tensor
+    looks like to the binding. Records the stream it is asked to sync with."""
+
+    def __init__(self, array):
+        self.array = array
+        self.streams = []
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA
+
+    def __dlpack__(self, stream=None):
+        self.streams.append(stream)
+        self._shape = (ctypes.c_int64 * self.array.ndim)(*self.array.shape)
+        self._tensor = _DLManagedTensor(self.array.ctypes.data, _DLDevice(2, 0), self.array.ndim,
+                                        _DLDataType(2, 32, 1), self._shape, None, 0, None, None)
+        new_capsule = ctypes.pythonapi.PyCapsule_New
+        new_capsule.restype = ctypes.py_object
+        new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new_capsule(ctypes.addressof(self._tensor), b"dltensor", None)
+
+
+def test_device_arrays_pass_through_with_their_stream(engine):
+    q = np.ones((H, K), np.float32)
+    v = np.ones((HV, V), np.float32)
+    g, beta = np.full(HV, -0.1, np.float32), np.full(HV, 0.5, np.float32)
+    tensors = [_FakeDeviceTensor(x) for x in (q, q, v, g, beta)]
+    out = _FakeDeviceTensor(np.zeros((HV, V), np.float32))
+    with engine.session() as session:
+        with pytest.raises(ValueError, match="out"):
+            session.step(0, *tensors[:3], g=tensors[3], beta=tensors[4], stream=7)
+        # The CPU engine refuses device memory with the library's message: the binding told it
+        # LUMEN_MEMORY_DEVICE.
+        with pytest.raises(lumen.LumenError) as error:
+            session.step(0, *tensors[:3], g=tensors[3], beta=tensors[4], out=out, stream=7)
+        assert error.value.status == lumen.Status.UNSUPPORTED
+        assert all(t.streams[-1] == 7 for t in tensors + [out])
+        assert session.tokens(0) == 0
+        with pytest.raises(ValueError, match="one memory"):
+            session.step(0, tensors[0], q, v, g=g, beta=beta, out=out)
+
+
+def test_handles_forward_header_calls_they_do_not_wrap(engine, monkeypatch):
+    seen = []
+    monkeypatch.setattr(capi, "lumen_session_future_call", lambda *args: seen.append(args) or 5,
+                        raising=False)
+    with engine.session() as session:
+        assert session.future_call(1, 2) == 5
+        assert seen == [(session.address, 1, 2)]
+        with pytest.raises(AttributeError):
+            session.no_such_call()
+    options = lumen.LayerOptions(family="kda", num_heads=1, key_dim=4, value_dim=4,
+                                 beta_sigmoid=True)
+    assert (options.family, options.beta_sigmoid) == (lumen.Family.KDA, 1)
+    with pytest.raises(ValueError, match="preset"):
+        lumen.LayerOptions(preset="no_such_model")
