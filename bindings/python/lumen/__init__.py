@@ -184,7 +184,10 @@ class Engine(_Handle):
     _prefix = "lumen_engine_"
 
     def __init__(self, model, options=None, **fields):
-        if options is None and fields:
+        """options: an EngineOptions, or keyword fields (backend, num_threads, device)."""
+        if options is not None and fields:
+            raise TypeError("give either options or keyword fields")
+        if fields:
             options = EngineOptions(**fields)
         super().__init__(capi.lumen_engine_create(model.address, options),
                          capi.lumen_engine_destroy)

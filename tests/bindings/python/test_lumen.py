@@ -8,7 +8,10 @@ import array
 import ctypes
 import gc
 import os
+import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -342,3 +345,14 @@ def test_handles_forward_header_calls_they_do_not_wrap(engine, monkeypatch):
     assert (options.family, options.beta_sigmoid) == (lumen.Family.KDA, 1)
     with pytest.raises(ValueError, match="preset"):
         lumen.LayerOptions(preset="no_such_model")
+
+
+def test_the_example_runs_without_numpy(tmp_path):
+    example = pathlib.Path(__file__).resolve().parents[3] / "examples/python/stream_snapshot.py"
+    code = ("import runpy, sys; sys.modules['numpy'] = None; "
+            "sys.argv = [sys.argv[0], %r]; runpy.run_path(%r, run_name='__main__')"
+            % (str(tmp_path / "example.lumen"), str(example)))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert "match bit for bit" in result.stdout
