@@ -190,7 +190,7 @@ absl::Status Engine::RunLayer(bool chunkwise, int32_t layer,
     if (added > kMaxTokens - tokens) {
       return absl::InvalidArgumentError(absl::StrCat(
           "session ", i, " has consumed ", tokens, " tokens in layer ", layer, "; ", added,
-          " more would pass the limit of ", kMaxTokens, " (LUMEN_MAX_TOKENS)"));
+          " more would pass the limit of ", kMaxTokens, " (2^62)"));
     }
   }
   const LayerSpec& spec = model_->layer(layer);

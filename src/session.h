@@ -13,10 +13,10 @@
 
 namespace lumen {
 
-// The most tokens one layer of a session can consume (LUMEN_MAX_TOKENS): far beyond any
-// conversation, and far enough below INT64_MAX that adding one call's tokens cannot overflow.
+// The most tokens one layer of a session can consume (lumen_session_tokens documents it):
+// far beyond any conversation, and far enough below INT64_MAX that adding one call's tokens
+// cannot overflow.
 inline constexpr int64_t kMaxTokens = int64_t{1} << 62;
-static_assert(kMaxTokens == LUMEN_MAX_TOKENS);
 
 class Session {
  public:

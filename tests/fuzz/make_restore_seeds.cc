@@ -1,7 +1,7 @@
 // Writes the seed corpus of the restore fuzzer into the directory given as argument: valid
 // snapshots of the fuzzer's model (fp32, bf16, per-layer mixed dtypes, an empty session), a
 // newer version, another model's snapshot, truncations, token counts at and past
-// LUMEN_MAX_TOKENS, sizes at the overflow edge, and the same bodies in the fuzzer's "seal it
+// the limit of 2^62, sizes at the overflow edge, and the same bodies in the fuzzer's "seal it
 // for me" mode (odd first byte) so that mutations start past the checksum.
 //
 //   lumen_restore_seeds DIR

@@ -1,4 +1,4 @@
-// Token counts stop at LUMEN_MAX_TOKENS (2^62): a snapshot past it is corrupt, and a call
+// Token counts stop at 2^62 (lumen_session_tokens): a snapshot past it is corrupt, and a call
 // that would take a layer past it fails before anything changes. (A snapshot with INT64_MAX
 // tokens used to restore, and the next step overflowed the count.)
 
@@ -9,8 +9,7 @@
 namespace lumen_robust {
 namespace {
 
-constexpr int64_t kMaxTokens = LUMEN_MAX_TOKENS;
-static_assert(kMaxTokens == int64_t{1} << 62);
+constexpr int64_t kMaxTokens = int64_t{1} << 62;
 
 // One token (or `count`) of random inputs through layer 0 of each session, batched.
 lumen_status RunTokens(const Stack& stack, std::vector<lumen_session*> sessions,
@@ -35,7 +34,7 @@ lumen_status RunTokens(const Stack& stack, std::vector<lumen_session*> sessions,
                                      cu_seqlens.data(), &inputs, &output);
 }
 
-TEST_CASE("a snapshot whose token count passes LUMEN_MAX_TOKENS is corrupt and changes nothing",
+TEST_CASE("a snapshot whose token count passes 2^62 is corrupt and changes nothing",
           "[tokens]") {
   const Stack stack({SmallLayer(LUMEN_FAMILY_DELTA_NET), SmallLayer(LUMEN_FAMILY_GLA)});
   SessionPtr source = stack.NewSession(), target = stack.NewSession();
@@ -58,7 +57,7 @@ TEST_CASE("a snapshot whose token count passes LUMEN_MAX_TOKENS is corrupt and c
   }
 }
 
-TEST_CASE("a session at LUMEN_MAX_TOKENS restores, refuses more tokens, and snapshots again",
+TEST_CASE("a session at 2^62 tokens restores, refuses more tokens, and snapshots again",
           "[tokens]") {
   const Stack stack({SmallLayer(LUMEN_FAMILY_DELTA_NET)});
   SessionPtr source = stack.NewSession(), session = stack.NewSession();
@@ -104,7 +103,7 @@ TEST_CASE("a session at LUMEN_MAX_TOKENS restores, refuses more tokens, and snap
   }
 }
 
-TEST_CASE("a session just below LUMEN_MAX_TOKENS takes the tokens that reach it, no more",
+TEST_CASE("a session just below 2^62 tokens takes the tokens that reach it, no more",
           "[tokens]") {
   const Stack stack({SmallLayer(LUMEN_FAMILY_DELTA_NET)});
   SessionPtr source = stack.NewSession(), session = stack.NewSession();

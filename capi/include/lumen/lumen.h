@@ -357,16 +357,11 @@ LUMEN_API lumen_status lumen_session_reset(lumen_session* session);
 LUMEN_API lumen_status lumen_session_model(const lumen_session* session, lumen_model** out);
 
 /**
- * The most tokens one layer of a session can consume, 2^62. A layer call that would take a
- * session's layer past it fails with LUMEN_ERROR_INVALID_ARGUMENT before anything changes
- * (reset or restore the session to go on), and a snapshot whose token count exceeds it is
- * LUMEN_ERROR_CORRUPT_SNAPSHOT. At a billion tokens a second this is 146 years.
- */
-#define LUMEN_MAX_TOKENS 4611686018427387904
-
-/**
- * Writes how many tokens layer `layer` of the session has consumed (0 to LUMEN_MAX_TOKENS)
- * to *out.
+ * Writes how many tokens layer `layer` of the session has consumed to *out. A layer consumes
+ * at most 2^62 tokens (4611686018427387904; at a billion tokens a second, 146 years): a
+ * layer call that would take a session's layer past it fails with
+ * LUMEN_ERROR_INVALID_ARGUMENT before anything changes (reset or restore the session to go
+ * on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT.
  */
 LUMEN_API lumen_status lumen_session_tokens(const lumen_session* session, int32_t layer,
                                             int64_t* out);
@@ -436,7 +431,8 @@ LUMEN_API void lumen_layer_output_init(lumen_layer_output* output);
  * Advances layer `layer` of one session by one token (T = 1) in the recurrent form.
  * Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer and LUMEN_ERROR_INVALID_ARGUMENT for
  * missing or wrongly sized buffers, input values outside their domain (lumen_layer_inputs)
- * or a layer at LUMEN_MAX_TOKENS; the session is unchanged on any error.
+ * or a layer at its 2^62 tokens (lumen_session_tokens); the session is unchanged on any
+ * error.
  */
 LUMEN_API lumen_status lumen_session_step(lumen_session* session, int32_t layer,
                                           const lumen_layer_inputs* inputs,
@@ -521,8 +517,8 @@ LUMEN_API lumen_status lumen_session_snapshot(const lumen_session* session,
  * holds). All or nothing: on any error the session is exactly as before. The payload is
  * copied into a spare state block while its checksum is verified, then swapped in; the
  * engine keeps the swapped-out block for its next restore (one block per engine). Returns
- * LUMEN_ERROR_CORRUPT_SNAPSHOT for truncated or damaged bytes (or a token count above
- * LUMEN_MAX_TOKENS), LUMEN_ERROR_SNAPSHOT_VERSION for a newer format,
+ * LUMEN_ERROR_CORRUPT_SNAPSHOT for truncated or damaged bytes (or a token count above 2^62,
+ * see lumen_session_tokens), LUMEN_ERROR_SNAPSHOT_VERSION for a newer format,
  * LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from the session's (the
  * message says which layer and what differs). Damage is reported before what the damaged
  * bytes say, except for a size that no snapshot of the session's model has: such bytes are
