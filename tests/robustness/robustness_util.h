@@ -80,7 +80,9 @@ struct SessionState {
                    const std::vector<std::vector<float>>& b) {
       if (a.size() != b.size()) return false;
       for (size_t i = 0; i < a.size(); ++i) {
-        if (a[i].size() != b[i].size() ||
+        if (a[i].size() != b[i].size()) return false;
+        // An empty part (no normalizer) may have no storage at all: memcmp wants pointers.
+        if (!a[i].empty() &&
             std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0) {
           return false;
         }
