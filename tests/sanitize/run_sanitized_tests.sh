@@ -6,8 +6,9 @@
 #   tests/sanitize/run_sanitized_tests.sh SOURCE_DIR BUILD_DIR [JOBS]
 #
 # Not run there: the restore fuzzer (it has its own ASan + UBSan build), the install check
-# (it builds unsanitized consumers against the installed library) and the bindings (their
-# interpreters cannot load an ASan library without preloading its runtime).
+# (it builds unsanitized consumers against the installed library), the aarch64 cross build
+# (its own tree, under qemu) and the bindings (their interpreters cannot load an ASan
+# library without preloading its runtime).
 set -euo pipefail
 
 source_dir="$1"
@@ -28,6 +29,6 @@ built=$(date +%s)
 asan="detect_leaks=1:allocator_may_return_null=1:abort_on_error=1"
 export ASAN_OPTIONS="$asan:detect_stack_use_after_return=1:strict_string_checks=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-ctest --test-dir "$build" --output-on-failure -j "$jobs" -E "fuzzer|install_consumers"
+ctest --test-dir "$build" --output-on-failure -j "$jobs" -E "fuzzer|install_consumers|aarch64"
 end=$(date +%s)
 echo "run_sanitized_tests.sh: build $((built - start)) s, tests $((end - built)) s"
