@@ -20,6 +20,8 @@ struct LayerRun {
   std::vector<int32_t> cu_seqlens;      // [num_sessions + 1] token offsets into the inputs
   const lumen_layer_inputs* inputs = nullptr;
   lumen_layer_output* output = nullptr;
+  // Check every input value against its domain (src/input_domain.h) before anything runs.
+  bool check_values = true;
 
   int32_t num_sessions() const { return static_cast<int32_t>(states.size()); }
   int64_t num_tokens() const { return cu_seqlens.back(); }

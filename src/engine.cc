@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "src/checked_int.h"
 #include "src/session.h"
+#include "src/struct_size.h"
 
 namespace lumen {
 
@@ -108,13 +110,11 @@ absl::Status CheckBuffer(const char* name, const void* data, int64_t count, int6
 
 absl::Status CheckInputs(const LayerSpec& spec, const Backend& backend, int64_t tokens,
                          const lumen_layer_inputs& in, const lumen_layer_output& out) {
-  if (in.struct_size < sizeof(lumen_layer_inputs)) {
-    return absl::InvalidArgumentError(
-        "lumen_layer_inputs.struct_size is too small: fill it with lumen_layer_inputs_init");
+  if (absl::Status status = CheckStructSize(in, "lumen_layer_inputs"); !status.ok()) {
+    return status;
   }
-  if (out.struct_size < sizeof(lumen_layer_output)) {
-    return absl::InvalidArgumentError(
-        "lumen_layer_output.struct_size is too small: fill it with lumen_layer_output_init");
+  if (absl::Status status = CheckStructSize(out, "lumen_layer_output"); !status.ok()) {
+    return status;
   }
   if (!IsDType(in.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown input dtype ", in.dtype));
@@ -133,23 +133,28 @@ absl::Status CheckInputs(const LayerSpec& spec, const Backend& backend, int64_t 
           "(the CPU backend takes LUMEN_MEMORY_HOST only)");
     }
   }
-  const int64_t qk = tokens * spec.num_heads * spec.key_dim;
-  const int64_t vo = tokens * spec.num_value_heads * spec.value_dim;
+  const CheckedInt64 qk = CheckedInt64(tokens) * spec.num_heads * spec.key_dim;
+  const CheckedInt64 vo = CheckedInt64(tokens) * spec.num_value_heads * spec.value_dim;
+  const CheckedInt64 g = CheckedInt64(tokens) * spec.g_per_token();
+  const CheckedInt64 beta = CheckedInt64(tokens) * spec.num_value_heads;
+  if (!qk.ok() || !vo.ok() || !g.ok() || !beta.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(tokens, " tokens are more elements than a buffer can count"));
+  }
   absl::Status status;
-  if (!(status = CheckBuffer("q", in.q, in.q_count, qk, true, spec)).ok()) return status;
-  if (!(status = CheckBuffer("k", in.k, in.k_count, qk, true, spec)).ok()) return status;
-  if (!(status = CheckBuffer("v", in.v, in.v_count, vo, true, spec)).ok()) return status;
-  if (!(status = CheckBuffer("g", in.g, in.g_count, tokens * spec.g_per_token(),
-                             spec.needs_g_input(), spec))
+  if (!(status = CheckBuffer("q", in.q, in.q_count, qk.value(), true, spec)).ok()) return status;
+  if (!(status = CheckBuffer("k", in.k, in.k_count, qk.value(), true, spec)).ok()) return status;
+  if (!(status = CheckBuffer("v", in.v, in.v_count, vo.value(), true, spec)).ok()) return status;
+  if (!(status = CheckBuffer("g", in.g, in.g_count, g.value(), spec.needs_g_input(), spec))
            .ok()) {
     return status;
   }
-  if (!(status = CheckBuffer("beta", in.beta, in.beta_count, tokens * spec.num_value_heads,
-                             spec.delta_rule(), spec))
+  if (!(status = CheckBuffer("beta", in.beta, in.beta_count, beta.value(), spec.delta_rule(),
+                             spec))
            .ok()) {
     return status;
   }
-  return CheckBuffer("o", out.o, out.o_count, vo, true, spec);
+  return CheckBuffer("o", out.o, out.o_count, vo.value(), true, spec);
 }
 
 }  // namespace
@@ -161,6 +166,7 @@ absl::Status Engine::RunLayer(bool chunkwise, int32_t layer,
   if (absl::Status status = model_->CheckLayer(layer); !status.ok()) return status;
   LayerRun run;
   run.chunkwise = chunkwise;
+  run.check_values = check_input_values_;
   run.states.reserve(sessions.size());
   for (size_t i = 0; i < sessions.size(); ++i) {
     const Session* session = sessions[i];
@@ -177,6 +183,15 @@ absl::Status Engine::RunLayer(bool chunkwise, int32_t layer,
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
     return absl::InvalidArgumentError("a session appears more than once in the call");
+  }
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    const int64_t tokens = sessions[i]->tokens(layer);
+    const int64_t added = cu_seqlens[i + 1] - cu_seqlens[i];
+    if (added > kMaxTokens - tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "session ", i, " has consumed ", tokens, " tokens in layer ", layer, "; ", added,
+          " more would pass the limit of ", kMaxTokens, " (2^62)"));
+    }
   }
   const LayerSpec& spec = model_->layer(layer);
   absl::Status status = CheckInputs(spec, *backend_, cu_seqlens.back(), inputs, output);

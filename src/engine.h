@@ -28,6 +28,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   absl::StatusOr<std::unique_ptr<Session>> CreateSession();
 
+  // Whether layer calls check their input values (finite, gates and beta in range) before
+  // they run; on unless turned off. Only benchmarks turn it off, to measure what it costs:
+  // the C API always checks.
+  void set_check_input_values(bool check) { check_input_values_ = check; }
+
   // One token for each session (inputs stacked [N, ...]).
   absl::Status Step(int32_t layer, absl::Span<Session* const> sessions,
                     const lumen_layer_inputs& inputs, lumen_layer_output& output);
@@ -61,6 +66,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
+  bool check_input_values_ = true;
 
   std::mutex spare_mutex_;
   void* spare_state_ = nullptr;  // guarded by spare_mutex_

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "src/struct_size.h"
 
 namespace lumen {
 
@@ -77,10 +78,8 @@ constexpr int32_t kMaxHeadDim = 1 << 14;
 }  // namespace
 
 absl::Status LayerSpecFromOptions(const lumen_layer_options& options, LayerSpec* out) {
-  if (options.struct_size < sizeof(lumen_layer_options)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "lumen_layer_options.struct_size is ", options.struct_size, ", expected ",
-        sizeof(lumen_layer_options), ": fill the struct with lumen_layer_options_init"));
+  if (absl::Status status = CheckStructSize(options, "lumen_layer_options"); !status.ok()) {
+    return status;
   }
   if (!IsFamily(options.family)) {
     return absl::InvalidArgumentError(

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "src/checked_int.h"
 #include "src/checksum.h"
 
 namespace lumen {
@@ -49,13 +50,34 @@ uint64_t Fingerprint(const std::vector<LayerSpec>& layers) {
 
 absl::StatusOr<Model> Model::Create(std::vector<LayerSpec> layers) {
   if (layers.empty()) return absl::InvalidArgumentError("a model needs at least one layer");
+  if (layers.size() > static_cast<size_t>(kMaxLayers)) {
+    return absl::InvalidArgumentError(absl::StrCat("the model has ", layers.size(),
+                                                   " layers, at most ", kMaxLayers,
+                                                   " are supported"));
+  }
+  // Each layer's state starts on a kStateAlignment boundary of the session's block.
+  std::vector<int64_t> offsets;
+  offsets.reserve(layers.size() + 1);
+  CheckedInt64 offset = 0;
+  CheckedInt64 elements = 0;
   for (size_t i = 0; i < layers.size(); ++i) {
     absl::Status status = CheckLayerComplete(layers[i]);
     if (!status.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("layer ", i, ": ", status.message()));
     }
+    offsets.push_back(offset.value());
+    offset += CheckedInt64(layers[i].state_bytes()).RoundUp(kStateAlignment);
+    elements += CheckedInt64(layers[i].matrix_count()) + layers[i].normalizer_count();
+    const CheckedInt64 payload_bytes = elements * 4;
+    if (!offset.ok() || offset.value() > kMaxSessionBytes || !payload_bytes.ok() ||
+        payload_bytes.value() > kMaxSessionBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the model's state is too large: layers 0 to ", i, " already need more than ",
+          kMaxSessionBytes, " bytes per session (as stored or as an fp32 snapshot)"));
+    }
   }
-  return Model(std::move(layers));
+  offsets.push_back(offset.value());
+  return Model(std::move(layers), std::move(offsets), elements.value());
 }
 
 absl::Status CheckLayerIndex(int32_t layer, int32_t num_layers) {
@@ -68,15 +90,11 @@ absl::Status Model::CheckLayer(int32_t index) const {
   return CheckLayerIndex(index, num_layers());
 }
 
-Model::Model(std::vector<LayerSpec> layers) : layers_(std::move(layers)) {
-  offsets_.reserve(layers_.size() + 1);
-  int64_t offset = 0;
-  for (const LayerSpec& layer : layers_) {
-    offsets_.push_back(offset);
-    offset += (layer.state_bytes() + kStateAlignment - 1) / kStateAlignment * kStateAlignment;
-  }
-  offsets_.push_back(offset);
-  fingerprint_ = Fingerprint(layers_);
-}
+Model::Model(std::vector<LayerSpec> layers, std::vector<int64_t> offsets,
+             int64_t state_elements)
+    : layers_(std::move(layers)),
+      offsets_(std::move(offsets)),
+      state_elements_(state_elements),
+      fingerprint_(Fingerprint(layers_)) {}
 
 }  // namespace lumen

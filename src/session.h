@@ -13,6 +13,11 @@
 
 namespace lumen {
 
+// The most tokens one layer of a session can consume (lumen_session_tokens documents it):
+// far beyond any conversation, and far enough below INT64_MAX that adding one call's tokens
+// cannot overflow.
+inline constexpr int64_t kMaxTokens = int64_t{1} << 62;
+
 class Session {
  public:
   static absl::StatusOr<std::unique_ptr<Session>> Create(std::shared_ptr<Engine> engine);
@@ -28,6 +33,7 @@ class Session {
   absl::Status Reset();
 
   int64_t tokens(int32_t layer) const { return tokens_[layer]; }
+  // The engine checks against kMaxTokens before it runs a call.
   void AddTokens(int32_t layer, int64_t count) { tokens_[layer] += count; }
   void SetTokens(int32_t layer, int64_t count) { tokens_[layer] = count; }
 

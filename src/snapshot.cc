@@ -111,6 +111,7 @@ absl::Status RestoreSnapshot(Session& session, const void* data, int64_t size) {
   // Every format version ends with the checksum of all the bytes before it, so damage is
   // reported as such before anything the damaged bytes say.
   if (absl::Status head = snapshot::CheckHead(model, in, size); !head.ok()) {
+    if (!snapshot::PossibleSize(model, size)) return head;
     return checksum_ok() ? head : snapshot::ChecksumMismatch();
   }
 

@@ -2,12 +2,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -43,34 +47,103 @@ std::string DirectoryOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-// A file created beside the target (mkstemp: readable and writable by its owner only, as
-// a conversation's state should be). Closed, and removed unless kept, on every early return.
+std::string BaseNameOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The file a save replaces: `path` with every symbolic link along the chain of the last
+// component resolved, so that a link keeps pointing at the saved file (as editors and
+// databases do). A path that does not exist yet is the file to create.
+absl::StatusOr<std::string> ResolveLinks(const std::string& path) {
+  constexpr int kMaxLinks = 40;  // Linux's limit on links followed in one lookup
+  std::string current = path;
+  for (int links = 0; links <= kMaxLinks; ++links) {
+    struct stat info;
+    if (::lstat(current.c_str(), &info) != 0) {
+      if (errno == ENOENT) return current;
+      return IoError("inspect", current, errno);
+    }
+    if (!S_ISLNK(info.st_mode)) return current;
+    std::string target(PATH_MAX, '\0');
+    const ssize_t length = ::readlink(current.c_str(), target.data(), target.size());
+    if (length < 0) return IoError("read the link", current, errno);
+    if (length == static_cast<ssize_t>(target.size())) {
+      return IoError("read the link", current, ENAMETOOLONG);
+    }
+    target.resize(static_cast<size_t>(length));
+    const bool absolute = !target.empty() && target.front() == '/';
+    current = absolute ? target : DirectoryOf(current) + "/" + target;
+  }
+  return IoError("resolve the links of", path, ELOOP);
+}
+
+// The temporary file of every save to `target`, beside it: a fixed name derived from the
+// target's, so that the next save to the same path reuses, and so removes, the file a
+// killed save left. It is short (27 bytes), so it fits wherever the target's name does.
+std::string TemporaryPathFor(const std::string& target) {
+  const std::string name = BaseNameOf(target);
+  const uint64_t hash = Checksum(name.data(), static_cast<int64_t>(name.size()));
+  const std::string temporary = absl::StrCat(".lumen-tmp-", absl::Hex(hash, absl::kZeroPad16));
+  const std::string directory = DirectoryOf(target);
+  return target.find('/') == std::string::npos ? temporary : directory + "/" + temporary;
+}
+
+// The temporary file of a save, held exclusively (flock) for the save's duration: readable
+// and writable by its owner only, as a conversation's state should be. Closed, and removed
+// unless renamed, on every early return.
 class TemporaryFile {
  public:
-  explicit TemporaryFile(std::string path_template) : path_(std::move(path_template)) {}
+  explicit TemporaryFile(std::string path) : path_(std::move(path)) {}
   ~TemporaryFile() {
+    if (fd_ >= 0 && !renamed_) ::unlink(path_.c_str());
     if (fd_ >= 0) ::close(fd_);
-    if (created_ && !kept_) ::unlink(path_.c_str());
   }
+
+  // Opens the file, creating it or taking over one left by a killed save, and waits until
+  // no other save to the same target holds it. Returns false with errno set.
   bool Open() {
-    fd_ = ::mkstemp(path_.data());
-    created_ = fd_ >= 0;
-    return created_;
+    for (;;) {
+      const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+      if (fd < 0) return false;
+      // Waits for a save in progress. A file system without flock gives up the guard
+      // against two saves to one path at once, not the save.
+      while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+      }
+      // The name may have moved on while we waited: the holder renamed its file over the
+      // target, or another save made a new one. Then the file we locked is not ours: retry.
+      struct stat locked, named;
+      const bool opened = ::fstat(fd, &locked) == 0;
+      const bool named_now = opened && ::stat(path_.c_str(), &named) == 0;
+      if (!opened || (!named_now && errno != ENOENT)) {
+        const int error = errno;
+        ::close(fd);
+        errno = error;
+        return false;
+      }
+      if (!named_now || locked.st_dev != named.st_dev || locked.st_ino != named.st_ino) {
+        ::close(fd);
+        continue;
+      }
+      fd_ = fd;
+      // Whatever it holds is a killed save's leftover: start empty, owner-only.
+      return ::ftruncate(fd_, 0) == 0 && ::fchmod(fd_, 0600) == 0;
+    }
   }
-  bool Close() {
-    const int fd = fd_;
-    fd_ = -1;
-    return ::close(fd) == 0;
+  bool RenameTo(const std::string& target) {
+    renamed_ = ::rename(path_.c_str(), target.c_str()) == 0;
+    return renamed_;
   }
-  void Keep() { kept_ = true; }
+  // Closes the file, which releases the lock: only once it is renamed, so that no other
+  // save takes it over before.
+  bool Close() { return ::close(std::exchange(fd_, -1)) == 0; }
   int fd() const { return fd_; }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   int fd_ = -1;
-  bool created_ = false;
-  bool kept_ = false;
+  bool renamed_ = false;
 };
 
 // Reads up to `size` bytes, retrying short reads; fewer only at the end of the file.
@@ -162,8 +235,10 @@ absl::Status RestoreStreamed(Session& session, int fd, const char* head, int64_t
 }  // namespace
 
 absl::Status SaveSnapshotFile(const Session& session, DType dtype, const std::string& path) {
-  TemporaryFile temp(path + ".tmp-XXXXXX");
-  if (!temp.Open()) return IoError("create a temporary file for", path, errno);
+  absl::StatusOr<std::string> target = ResolveLinks(path);
+  if (!target.ok()) return target.status();
+  TemporaryFile temp(TemporaryPathFor(*target));
+  if (!temp.Open()) return IoError("create a temporary file for", *target, errno);
 
   // The snapshot streams through a block-sized buffer: no allocation the size of the state.
   const Model& model = session.model();
@@ -190,12 +265,11 @@ absl::Status SaveSnapshotFile(const Session& session, DType dtype, const std::st
     return IoError("write", temp.path(), errno);
   }
   if (::fsync(temp.fd()) != 0) return IoError("flush", temp.path(), errno);
-  if (!temp.Close()) return IoError("close", temp.path(), errno);
-  if (::rename(temp.path().c_str(), path.c_str()) != 0) return IoError("rename over", path, errno);
-  temp.Keep();
+  if (!temp.RenameTo(*target)) return IoError("rename over", *target, errno);
+  if (!temp.Close()) return IoError("close", *target, errno);
   // The rename is durable only once the directory entry is on disk too.
-  const std::string directory = DirectoryOf(path);
-  const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY);
+  const std::string directory = DirectoryOf(*target);
+  const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) return IoError("open the directory", directory, errno);
   const bool synced = ::fsync(dir_fd) == 0;
   const int sync_error = errno;
@@ -205,7 +279,9 @@ absl::Status SaveSnapshotFile(const Session& session, DType dtype, const std::st
 }
 
 absl::Status LoadSnapshotFile(Session& session, const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: opening a FIFO or a device must not wait for a writer; only regular files
+  // are read, and on those the flag changes nothing.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return IoError("open", path, errno);
   struct Closer {
     int fd;
@@ -213,6 +289,10 @@ absl::Status LoadSnapshotFile(Session& session, const std::string& path) {
   } closer{fd};
   struct stat info;
   if (::fstat(fd, &info) != 0) return IoError("stat", path, errno);
+  if (!S_ISREG(info.st_mode)) {
+    return LumenError(LUMEN_ERROR_IO,
+                      absl::StrCat("cannot load '", path, "': not a regular file"));
+  }
   const int64_t size = info.st_size;
 
   // The head decides the path: a well-formed one streams the payload into the session; a
@@ -223,6 +303,7 @@ absl::Status LoadSnapshotFile(Session& session, const std::string& path) {
   if (!got.ok()) return got.status();
   if (absl::Status magic = snapshot::CheckMagic(head.data(), *got); !magic.ok()) return magic;
   if (absl::Status problem = snapshot::CheckHead(model, head.data(), size); !problem.ok()) {
+    if (!snapshot::PossibleSize(model, size)) return problem;
     absl::StatusOr<bool> intact = ChecksumMatches(fd, head.data(), *got, size, path);
     if (!intact.ok()) return intact.status();
     return *intact ? problem : snapshot::ChecksumMismatch();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "src/checked_int.h"
 #include "src/dtype_convert.h"
 #include "src/status.h"
 
@@ -86,8 +87,13 @@ absl::Status CheckLayerRecord(const char* record, int32_t index, const LayerSpec
     return Mismatch(absl::StrCat("layer ", index, (spec.normalize ? " lacks" : " has"),
                                  " a normalizer in the snapshot"));
   }
-  if (static_cast<int64_t>(GetU64(record + 32)) < 0) {
+  const uint64_t tokens = GetU64(record + 32);
+  if (static_cast<int64_t>(tokens) < 0) {
     return Corrupt(absl::StrCat("layer ", index, " has a negative token count"));
+  }
+  if (tokens > static_cast<uint64_t>(kMaxTokens)) {
+    return Corrupt(absl::StrCat("layer ", index, " has consumed ", tokens,
+                                " tokens, more than the limit of ", kMaxTokens));
   }
   if (GetU64(record + 40) != static_cast<uint64_t>(PayloadBytes(spec, static_cast<DType>(dtype)))) {
     return Corrupt(absl::StrCat("layer ", index, " payload size ", GetU64(record + 40),
@@ -102,10 +108,12 @@ int64_t HeadBytes(const Model& model) {
   return kHeaderBytes + model.num_layers() * kLayerRecordBytes;
 }
 
+// Model::Create bounds the layers and the state so that no snapshot size can overflow.
+static_assert(kHeaderBytes + int64_t{kMaxLayers} * kLayerRecordBytes + kChecksumBytes <=
+              INT64_MAX - kMaxSessionBytes);
+
 int64_t SnapshotSize(const Model& model, DType dtype) {
-  int64_t size = HeadBytes(model) + kChecksumBytes;
-  for (int32_t i = 0; i < model.num_layers(); ++i) size += PayloadBytes(model.layer(i), dtype);
-  return size;
+  return HeadBytes(model) + model.state_elements() * DTypeSize(dtype) + kChecksumBytes;
 }
 
 void WriteHead(const Session& session, DType dtype, char* out) {
@@ -161,14 +169,15 @@ absl::Status CheckHead(const Model& model, const char* in, int64_t size) {
     return Mismatch(absl::StrCat("it has ", num_layers, " layers, the session's model has ",
                                  model.num_layers()));
   }
-  int64_t expected_size = kHeaderBytes + kChecksumBytes +
-                          num_layers * kLayerRecordBytes;
-  if (size < expected_size) return Corrupt("truncated layer records");
+  CheckedInt64 expected_size =
+      CheckedInt64(kHeaderBytes) + kChecksumBytes + CheckedInt64(num_layers) * kLayerRecordBytes;
+  if (size < expected_size.value()) return Corrupt("truncated layer records");
   const char* records = in + kHeaderBytes;
   for (int32_t i = 0; i < model.num_layers(); ++i) {
     const char* record = records + i * kLayerRecordBytes;
     absl::Status status = CheckLayerRecord(record, i, model.layer(i));
     if (!status.ok()) return status;
+    // Checked equal to the layer's payload size, which the model bounds.
     expected_size += static_cast<int64_t>(GetU64(record + 40));
   }
   if (GetU64(in + 16) != model.fingerprint()) {
@@ -177,15 +186,20 @@ absl::Status CheckHead(const Model& model, const char* in, int64_t size) {
         absl::Hex(GetU64(in + 16)), " in the snapshot, ", absl::Hex(model.fingerprint()),
         " in the session)"));
   }
-  if (size != expected_size) {
+  if (!expected_size.ok() || size != expected_size.value()) {
     return Corrupt(absl::StrCat("it is ", size, " bytes, its layer records add up to ",
-                                expected_size));
+                                expected_size.value()));
   }
   return absl::OkStatus();
 }
 
 absl::Status ChecksumMismatch() {
   return Corrupt("checksum mismatch: the bytes are truncated or damaged");
+}
+
+bool PossibleSize(const Model& model, int64_t size) {
+  return size >= SnapshotSize(model, DType::kBFloat16) &&
+         size <= SnapshotSize(model, DType::kFloat32);
 }
 
 uint64_t StoredChecksum(const char* trailer) { return GetU64(trailer); }

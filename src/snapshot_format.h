@@ -38,6 +38,11 @@ absl::Status CheckMagic(const char* in, int64_t size);
 // fields, and that they add up to `size`. The first problem in the specification's order.
 absl::Status CheckHead(const Model& model, const char* head, int64_t size);
 absl::Status ChecksumMismatch();
+// Whether a snapshot of `model` can be `size` bytes: from every layer in bf16 to every layer
+// in fp32. When the head has a problem, readers verify the checksum (to report damage before
+// anything the damaged bytes say) only for a possible size: reading the rest of a file of
+// any size could take as long as the file is large, and restore reports what load does.
+bool PossibleSize(const Model& model, int64_t size);
 uint64_t StoredChecksum(const char* trailer);
 
 // A run of whole elements [first, first + count) of one layer's state.

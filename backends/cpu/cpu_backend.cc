@@ -5,6 +5,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "src/checked_int.h"
 #include "src/dtype_convert.h"
 #include "src/model.h"
 
@@ -14,14 +15,15 @@ CpuBackend::CpuBackend(int32_t num_threads)
     : pool_(num_threads), scratch_(pool_.num_threads()) {}
 
 absl::StatusOr<void*> CpuBackend::AllocateState(int64_t bytes) {
-  const size_t size = static_cast<size_t>(
-      (std::max<int64_t>(bytes, 1) + kStateAlignment - 1) / kStateAlignment * kStateAlignment);
-  void* block = std::aligned_alloc(kStateAlignment, size);
+  // aligned_alloc takes a multiple of the alignment.
+  const CheckedInt64 size = CheckedInt64(std::max<int64_t>(bytes, 1)).RoundUp(kStateAlignment);
+  void* block = size.ok() ? std::aligned_alloc(kStateAlignment, static_cast<size_t>(size.value()))
+                          : nullptr;
   if (block == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate ", bytes, " bytes of session state"));
   }
-  std::memset(block, 0, size);
+  std::memset(block, 0, static_cast<size_t>(size.value()));
   return block;
 }
 
@@ -125,7 +127,9 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   // Everything that allocates happens here, before any state changes, so that running out
   // of memory leaves every session as it was.
   try {
-    PrepareInputs(spec, *run.inputs, tokens, &prepared_);
+    absl::Status status =
+        PrepareInputs(spec, *run.inputs, run.cu_seqlens, run.check_values, &prepared_);
+    if (!status.ok()) return status;
     if (!direct_output) output_scratch_.resize(out_count);
     for (SlotScratch& scratch : scratch_) {
       if (spec.state_dtype != DType::kFloat32) {

@@ -4,9 +4,28 @@
 #include <cmath>
 
 #include "src/dtype_convert.h"
+#include "src/input_domain.h"
+#include "src/input_domain_error.h"
 
 namespace lumen::cpu {
 namespace {
+
+// What every input of one call shares: its token offsets and whether values are checked.
+struct Call {
+  absl::Span<const int32_t> cu_seqlens;
+  bool check_values;
+  int64_t tokens() const { return cu_seqlens.back(); }
+};
+
+// Checks the raw fp32 values of one input laid out [tokens, heads, per_head].
+absl::Status CheckValues(const Call& call, const char* tensor, const float* values,
+                         int64_t heads, int64_t per_head, const InputDomain& domain) {
+  if (!call.check_values) return absl::OkStatus();
+  const int64_t count = call.tokens() * heads * per_head;
+  const int64_t bad = FirstOutOfDomain(values, count, domain);
+  if (bad == count) return absl::OkStatus();
+  return InputOutOfDomain(tensor, domain, values[bad], bad, heads, per_head, call.cu_seqlens);
+}
 
 // Reads count elements of `dtype` as fp32 into out.
 void LoadFloats(const void* src, int64_t count, int32_t dtype, std::vector<float>* out) {
@@ -30,14 +49,21 @@ float FeatureMapValue(FeatureMap map, float x) {
   }
 }
 
-// q or k: l2norm (optional), then the feature map, then the scale, per row of K.
-const float* PrepareQueryOrKey(const LayerSpec& spec, const void* src, int64_t tokens,
-                               int32_t dtype, float scale, std::vector<float>* storage) {
-  const int64_t count = tokens * spec.num_heads * spec.key_dim;
+// q or k: checked, then l2norm (optional), the feature map and the scale, per row of K.
+absl::Status PrepareQueryOrKey(const LayerSpec& spec, const Call& call, const char* tensor,
+                               const void* src, int32_t dtype, float scale,
+                               std::vector<float>* storage, const float** out) {
+  const int64_t count = call.tokens() * spec.num_heads * spec.key_dim;
   const bool transforms = spec.qk_l2norm || spec.feature_map != FeatureMap::kIdentity ||
                           scale != 1.0f;
-  if (!transforms) return AsFloats(src, count, dtype, storage);
-  LoadFloats(src, count, dtype, storage);
+  const float* raw = AsFloats(src, count, dtype, storage);
+  absl::Status status =
+      CheckValues(call, tensor, raw, spec.num_heads, spec.key_dim, kFiniteValues);
+  if (!status.ok() || !transforms) {
+    *out = raw;
+    return status;
+  }
+  if (raw != storage->data()) storage->assign(raw, raw + count);
   const int64_t dim = spec.key_dim;
   for (float* row = storage->data(); row < storage->data() + count; row += dim) {
     float factor = scale;
@@ -56,22 +82,30 @@ const float* PrepareQueryOrKey(const LayerSpec& spec, const void* src, int64_t t
       }
     }
   }
-  return storage->data();
+  *out = storage->data();
+  return absl::OkStatus();
 }
 
 float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 }  // namespace
 
-void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int64_t tokens,
-                   PreparedInputs* out) {
+absl::Status PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs,
+                           absl::Span<const int32_t> cu_seqlens, bool check_values,
+                           PreparedInputs* out) {
+  const Call call{cu_seqlens, check_values};
+  const int64_t tokens = call.tokens();
   const int32_t dtype = inputs.dtype;
-  out->q = PrepareQueryOrKey(spec, inputs.q, tokens, dtype, spec.scale, &out->q_storage);
-  out->k = PrepareQueryOrKey(spec, inputs.k, tokens, dtype, 1.0f, &out->k_storage);
-  out->v = AsFloats(inputs.v, tokens * spec.num_value_heads * spec.value_dim, dtype,
-                    &out->v_storage);
-
+  absl::Status status = PrepareQueryOrKey(spec, call, "q", inputs.q, dtype, spec.scale,
+                                          &out->q_storage, &out->q);
+  if (!status.ok()) return status;
+  status = PrepareQueryOrKey(spec, call, "k", inputs.k, dtype, 1.0f, &out->k_storage, &out->k);
+  if (!status.ok()) return status;
   const int64_t heads = spec.num_value_heads;
+  out->v = AsFloats(inputs.v, tokens * heads * spec.value_dim, dtype, &out->v_storage);
+  status = CheckValues(call, "v", out->v, heads, spec.value_dim, kFiniteValues);
+  if (!status.ok()) return status;
+
   if (spec.family == Family::kRetention) {
     out->g_storage.resize(heads);
     for (int64_t h = 0; h < heads; ++h) out->g_storage[h] = std::log(spec.decay[h]);
@@ -79,10 +113,15 @@ void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int6
     out->g_token_stride = 0;
   } else if (spec.needs_g_input()) {
     const int64_t per_token = spec.g_per_token();
+    const int64_t per_head = per_token / heads;  // 1 (scalar gate) or K (vector gate)
     out->g_token_stride = per_token;
+    out->g = AsFloats(inputs.g, tokens * per_token, dtype, &out->g_storage);
+    status = CheckValues(call, "g", out->g, heads, per_head, GateDomain(spec.gate_raw));
+    if (!status.ok()) return status;
     if (spec.gate_raw) {
-      LoadFloats(inputs.g, tokens * per_token, dtype, &out->g_storage);
-      const int64_t per_head = per_token / heads;  // 1 (scalar gate) or K (vector gate)
+      if (out->g != out->g_storage.data()) {
+        out->g_storage.assign(out->g, out->g + tokens * per_token);
+      }
       const int64_t bias_per_head = static_cast<int64_t>(spec.dt_bias.size()) / heads;
       for (int64_t t = 0; t < tokens; ++t) {
         float* g = out->g_storage.data() + t * per_token;
@@ -95,8 +134,6 @@ void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int6
         }
       }
       out->g = out->g_storage.data();
-    } else {
-      out->g = AsFloats(inputs.g, tokens * per_token, dtype, &out->g_storage);
     }
   } else {
     out->g = nullptr;
@@ -105,16 +142,20 @@ void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int6
 
   if (spec.delta_rule()) {
     const int64_t count = tokens * heads;
+    out->beta = AsFloats(inputs.beta, count, dtype, &out->beta_storage);
+    status = CheckValues(call, "beta", out->beta, heads, 1, BetaDomain(spec.beta_sigmoid));
+    if (!status.ok()) return status;
     if (spec.beta_sigmoid) {
-      LoadFloats(inputs.beta, count, dtype, &out->beta_storage);
+      if (out->beta != out->beta_storage.data()) {
+        out->beta_storage.assign(out->beta, out->beta + count);
+      }
       for (float& b : out->beta_storage) b = 1.0f / (1.0f + std::exp(-b));
       out->beta = out->beta_storage.data();
-    } else {
-      out->beta = AsFloats(inputs.beta, count, dtype, &out->beta_storage);
     }
   } else {
     out->beta = nullptr;
   }
+  return absl::OkStatus();
 }
 
 }  // namespace lumen::cpu

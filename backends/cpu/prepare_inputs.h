@@ -1,10 +1,13 @@
 #pragma once
 // Turns a call's raw inputs into what the head kernels read: fp32, with the layer's
-// in-layer options applied (qk_l2norm, feature map, scale, sigmoid(beta), raw gates).
+// in-layer options applied (qk_l2norm, feature map, scale, sigmoid(beta), raw gates), after
+// checking every raw value against its domain (src/input_domain.h).
 
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "lumen/lumen.h"
 #include "src/layer_spec.h"
 
@@ -22,7 +25,12 @@ struct PreparedInputs {
   std::vector<float> q_storage, k_storage, v_storage, g_storage, beta_storage;
 };
 
-void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int64_t tokens,
-                   PreparedInputs* out);
+// Fails with INVALID_ARGUMENT, naming the tensor, token and head, when check_values is on
+// and an input holds a value outside its domain: non-finite anywhere, a log-gate g > 0
+// (unless gate_raw), beta outside [0, 1] (unless beta_sigmoid). cu_seqlens are the call's
+// token offsets per session; their last entry is the number of tokens.
+absl::Status PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs,
+                           absl::Span<const int32_t> cu_seqlens, bool check_values,
+                           PreparedInputs* out);
 
 }  // namespace lumen::cpu

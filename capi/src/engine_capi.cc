@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "capi/src/capi_util.h"
+#include "src/struct_size.h"
 
 using lumen::capi::Fail;
 using lumen::capi::FromStatus;
@@ -47,11 +48,8 @@ lumen_status lumen_engine_create(const lumen_model* model, const lumen_engine_op
   lumen_engine_options resolved;
   lumen_engine_options_init(&resolved);
   if (options != nullptr) {
-    if (options->struct_size < sizeof(lumen_engine_options)) {
-      return Fail(LUMEN_ERROR_INVALID_ARGUMENT,
-                  "lumen_engine_options.struct_size is too small: fill it with "
-                  "lumen_engine_options_init");
-    }
+    absl::Status size = lumen::CheckStructSize(*options, "lumen_engine_options");
+    if (!size.ok()) return FromStatus(size);
     resolved = *options;
   }
   return Guard([&] {

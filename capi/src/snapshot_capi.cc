@@ -4,6 +4,7 @@
 #include "capi/src/capi_util.h"
 #include "src/snapshot.h"
 #include "src/snapshot_file.h"
+#include "src/struct_size.h"
 
 using lumen::capi::Fail;
 using lumen::capi::FromStatus;
@@ -16,11 +17,8 @@ namespace {
 lumen_status ResolveDType(const lumen_snapshot_options* options, lumen::DType* out) {
   *out = lumen::DType::kFloat32;
   if (options == nullptr) return LUMEN_OK;
-  if (options->struct_size < sizeof(lumen_snapshot_options)) {
-    return Fail(LUMEN_ERROR_INVALID_ARGUMENT,
-                "lumen_snapshot_options.struct_size is too small: fill it with "
-                "lumen_snapshot_options_init");
-  }
+  absl::Status size = lumen::CheckStructSize(*options, "lumen_snapshot_options");
+  if (!size.ok()) return FromStatus(size);
   if (options->state_dtype != LUMEN_DTYPE_FLOAT32 &&
       options->state_dtype != LUMEN_DTYPE_BFLOAT16) {
     return Fail(LUMEN_ERROR_INVALID_ARGUMENT,

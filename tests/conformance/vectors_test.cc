@@ -1,4 +1,4 @@
-// Every case of ../shared/vectors/manifest.json through lumen's C API (step path, one
+// Every case of tests/data/vectors/manifest.json (a copy of ../shared/vectors) through lumen's C API (step path, one
 // prefill, split prefills), and the float64 reference against the same cases.
 //
 // Missing or unreadable vectors fail the tests: they are never skipped.

@@ -1,12 +1,15 @@
 // Writes the seed corpus of the restore fuzzer into the directory given as argument: valid
 // snapshots of the fuzzer's model (fp32, bf16, per-layer mixed dtypes, an empty session), a
-// newer version, another model's snapshot, truncations, and the same bodies in the fuzzer's
-// "seal it for me" mode (odd first byte) so that mutations start past the checksum.
+// newer version, another model's snapshot, truncations, token counts at and past
+// the limit of 2^62, sizes at the overflow edge, and the same bodies in the fuzzer's "seal it
+// for me" mode (odd first byte) so that mutations start past the checksum.
 //
 //   lumen_restore_seeds DIR
 
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -84,6 +87,45 @@ int main(int argc, char** argv) {
   PutU32(version2.data() + 8, 2);
   Reseal(version2);
 
+  // Token counts at the limit (valid) and past it, and sizes at the overflow edge: payload
+  // sizes near 2^63 and 2^64, a pair whose sum wraps around to the true total, and the
+  // largest layer count.
+  auto edited = [&](std::initializer_list<std::pair<size_t, uint64_t>> fields) {
+    Bytes bytes = fp32;
+    for (const auto& [offset, value] : fields) PutU64(bytes.data() + offset, value);
+    Reseal(bytes);
+    return bytes;
+  };
+  constexpr uint64_t kMaxTokens = uint64_t{1} << 62;
+  const size_t tokens0 = kHeaderBytes + kRecordTokens;
+  const size_t tokens1 = tokens0 + kRecordBytes;
+  const size_t payload0 = kHeaderBytes + kRecordPayloadBytes;
+  const size_t payload1 = payload0 + kRecordBytes;
+  const uint64_t size0 = GetU64(fp32.data() + payload0);
+  const uint64_t size1 = GetU64(fp32.data() + payload1);
+  const Bytes tokens_at_max = edited({{tokens0, kMaxTokens}, {tokens1, kMaxTokens - 1}});
+  Write(dir, "tokens_at_max", tokens_at_max);
+  Write(dir, "tokens_past_max", edited({{tokens0, kMaxTokens + 1}}));
+  Write(dir, "tokens_int64_max", edited({{tokens1, uint64_t{INT64_MAX}}}));
+  Write(dir, "tokens_uint64_max", edited({{tokens0, ~uint64_t{0}}}));
+  Write(dir, "payload_int64_max", edited({{payload0, uint64_t{INT64_MAX}}}));
+  Write(dir, "payload_uint64_max", edited({{payload1, ~uint64_t{0}}}));
+  constexpr uint64_t kHalfWrap = uint64_t{1} << 63;
+  Write(dir, "payload_sum_wraps",
+        edited({{payload0, size0 + kHalfWrap}, {payload1, size1 + kHalfWrap}}));
+  Bytes most_layers = fp32;
+  PutU32(most_layers.data() + 24, 0xffffffffu);
+  Reseal(most_layers);
+  Write(dir, "layers_uint32_max", most_layers);
+  {
+    lumen_session* check = nullptr;
+    Check(lumen_session_create(objects.engine, &check), "check session");
+    Check(lumen_session_restore(check, tokens_at_max.data(),
+                                static_cast<int64_t>(tokens_at_max.size())),
+          "restore the token-limit seed");
+    lumen_session_destroy(check);
+  }
+
   Objects other = CreateObjects(/*variant=*/1);
   lumen_session* other_session = nullptr;
   Check(lumen_session_create(other.engine, &other_session), "other session");
@@ -105,6 +147,7 @@ int main(int argc, char** argv) {
   WriteSealedForms(dir, "bf16", bf16);
   WriteSealedForms(dir, "mixed", mixed);
   WriteSealedForms(dir, "other_model", foreign);
+  WriteSealedForms(dir, "tokens_at_max", tokens_at_max);
 
   lumen_session_destroy(other_session);
   DestroyObjects(other);

@@ -422,7 +422,10 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Builds an immutable model from the builder's layers, checking that every layer has the"]
-    #[doc = " parameters it needs and that there is at least one layer. The caller owns *out (free with"]
+    #[doc = " parameters it needs, that there are 1 to 1048576 (2^20) layers, and that a session's state"]
+    #[doc = " fits in 2^62 bytes both as stored and at 4 bytes per element (an fp32 snapshot), so that"]
+    #[doc = " every size the library derives from the model fits in int64_t. Returns"]
+    #[doc = " LUMEN_ERROR_INVALID_ARGUMENT with a message otherwise. The caller owns *out (free with"]
     #[doc = " lumen_model_destroy). The builder is left unchanged and may build again."]
     pub fn lumen_model_builder_build(
         builder: *const lumen_model_builder,
@@ -628,7 +631,11 @@ extern "C" {
     ) -> lumen_status;
 }
 extern "C" {
-    #[doc = " Writes how many tokens layer `layer` of the session has consumed to *out."]
+    #[doc = " Writes how many tokens layer `layer` of the session has consumed to *out. A layer consumes"]
+    #[doc = " at most 2^62 tokens (4611686018427387904; at a billion tokens a second, 146 years): a"]
+    #[doc = " layer call that would take a session's layer past it fails with"]
+    #[doc = " LUMEN_ERROR_INVALID_ARGUMENT before anything changes (reset or restore the session to go"]
+    #[doc = " on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT."]
     pub fn lumen_session_tokens(
         session: *const lumen_session,
         layer: i32,
@@ -665,6 +672,12 @@ extern "C" {
 #[doc = " as it usually means a mixed-up model). memory other than what the engine's backend reads"]
 #[doc = " (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Buffers are only read during the"]
 #[doc = " call."]
+#[doc = ""]
+#[doc = " Values are checked before anything runs: NaN or infinity in any input, g > 0 as a log-decay"]
+#[doc = " (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with"]
+#[doc = " beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token"]
+#[doc = " (and, in a call of several sessions, which session's token), the head and the channel; no"]
+#[doc = " session changes."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct lumen_layer_inputs {
@@ -1035,7 +1048,9 @@ extern "C" {
 extern "C" {
     #[doc = " Advances layer `layer` of one session by one token (T = 1) in the recurrent form."]
     #[doc = " Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer and LUMEN_ERROR_INVALID_ARGUMENT for"]
-    #[doc = " missing or wrongly sized buffers; the session is unchanged on any error."]
+    #[doc = " missing or wrongly sized buffers, input values outside their domain (lumen_layer_inputs)"]
+    #[doc = " or a layer at its 2^62 tokens (lumen_session_tokens); the session is unchanged on any"]
+    #[doc = " error."]
     pub fn lumen_session_step(
         session: *mut lumen_session,
         layer: i32,
@@ -1046,7 +1061,8 @@ extern "C" {
 extern "C" {
     #[doc = " Advances layer `layer` of one session by num_tokens tokens (T = num_tokens >= 1) in the"]
     #[doc = " chunkwise form. Equal, within SPEC's bounds, to num_tokens steps, whatever the split of a"]
-    #[doc = " sequence into prefill calls. The session is unchanged on any error."]
+    #[doc = " sequence into prefill calls. Same errors as lumen_session_step; the session is unchanged"]
+    #[doc = " on any error."]
     pub fn lumen_session_prefill(
         session: *mut lumen_session,
         layer: i32,
@@ -1058,9 +1074,9 @@ extern "C" {
 extern "C" {
     #[doc = " Advances layer `layer` of n distinct sessions of this engine by one token each, in one"]
     #[doc = " call. Inputs and output stack a leading n: q [n, H, K], ..., o [n, HV, V]. n = 0 is a"]
-    #[doc = " no-op. Returns"]
-    #[doc = " LUMEN_ERROR_MODEL_MISMATCH if a session belongs to another engine and"]
-    #[doc = " LUMEN_ERROR_INVALID_ARGUMENT if a session appears twice; no session changes on any error."]
+    #[doc = " no-op. Returns the errors of lumen_session_step, LUMEN_ERROR_MODEL_MISMATCH if a session"]
+    #[doc = " belongs to another engine and LUMEN_ERROR_INVALID_ARGUMENT if a session appears twice; no"]
+    #[doc = " session changes on any error."]
     pub fn lumen_engine_step_batch(
         engine: *mut lumen_engine,
         layer: i32,
@@ -1172,9 +1188,12 @@ extern "C" {
     #[doc = " holds). All or nothing: on any error the session is exactly as before. The payload is"]
     #[doc = " copied into a spare state block while its checksum is verified, then swapped in; the"]
     #[doc = " engine keeps the swapped-out block for its next restore (one block per engine). Returns"]
-    #[doc = " LUMEN_ERROR_CORRUPT_SNAPSHOT for truncated or damaged bytes, LUMEN_ERROR_SNAPSHOT_VERSION"]
-    #[doc = " for a newer format, LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from the"]
-    #[doc = " session's (the message says which layer and what differs)."]
+    #[doc = " LUMEN_ERROR_CORRUPT_SNAPSHOT for truncated or damaged bytes (or a token count above 2^62,"]
+    #[doc = " see lumen_session_tokens), LUMEN_ERROR_SNAPSHOT_VERSION for a newer format,"]
+    #[doc = " LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from the session's (the"]
+    #[doc = " message says which layer and what differs). Damage is reported before what the damaged"]
+    #[doc = " bytes say, except for a size that no snapshot of the session's model has: such bytes are"]
+    #[doc = " judged from their head alone (docs/snapshot_format.md, \"Reading rules\")."]
     pub fn lumen_session_restore(
         session: *mut lumen_session,
         data: *const ::std::os::raw::c_void,
@@ -1186,7 +1205,17 @@ extern "C" {
     #[doc = " go to a temporary file in the same directory, which is flushed to disk and renamed over"]
     #[doc = " `path`, and the directory is flushed. A crash at any moment leaves the old file or the new"]
     #[doc = " one, never a torn one. The file is readable and writable by its owner only (it holds a"]
-    #[doc = " conversation). options may be NULL. Returns LUMEN_ERROR_IO with the system's reason."]
+    #[doc = " conversation). options may be NULL."]
+    #[doc = ""]
+    #[doc = " If `path` is a symbolic link (or a chain of them), the file it points to is replaced and"]
+    #[doc = " the link stays. The temporary file is \".lumen-tmp-\" and 16 hex digits, in the replaced"]
+    #[doc = " file's directory, and the same for every save to that file: a save killed midway may leave"]
+    #[doc = " it behind, and the next save to the same path reuses it (so removes it). Saves to the same"]
+    #[doc = " path wait for each other through a lock on it (flock; where the file system has none,"]
+    #[doc = " callers must not save to one path from two places at once)."]
+    #[doc = ""]
+    #[doc = " Returns LUMEN_ERROR_IO with the system's reason. Thread-safe for distinct sessions; the"]
+    #[doc = " session is only read."]
     pub fn lumen_session_save(
         session: *const lumen_session,
         path: *const ::std::os::raw::c_char,
@@ -1194,7 +1223,10 @@ extern "C" {
     ) -> lumen_status;
 }
 extern "C" {
-    #[doc = " Restores the session from the snapshot file `path`; same guarantees as restore."]
+    #[doc = " Restores the session from the snapshot file `path`; same guarantees and statuses as"]
+    #[doc = " restore. Only a regular file is read: anything else (a FIFO, a device, a directory) is"]
+    #[doc = " LUMEN_ERROR_IO without waiting on it. A file whose size no snapshot of the session's model"]
+    #[doc = " can have is rejected after reading its head only (at most 32 + 48 * layers bytes)."]
     pub fn lumen_session_load(
         session: *mut lumen_session,
         path: *const ::std::os::raw::c_char,

@@ -220,7 +220,10 @@ def lumen_model_builder_set_param(builder, layer, param, values):
 def lumen_model_builder_build(builder):
     r"""
     Builds an immutable model from the builder's layers, checking that every layer has the
-    parameters it needs and that there is at least one layer. The caller owns *out (free with
+    parameters it needs, that there are 1 to 1048576 (2^20) layers, and that a session's state
+    fits in 2^62 bytes both as stored and at 4 bytes per element (an fp32 snapshot), so that
+    every size the library derives from the model fits in int64_t. Returns
+    LUMEN_ERROR_INVALID_ARGUMENT with a message otherwise. The caller owns *out (free with
     lumen_model_destroy). The builder is left unchanged and may build again.
     """
     return _capi.lumen_model_builder_build(builder)
@@ -322,7 +325,13 @@ def lumen_session_model(session):
     return _capi.lumen_session_model(session)
 
 def lumen_session_tokens(session, layer):
-    r""" Writes how many tokens layer `layer` of the session has consumed to *out."""
+    r"""
+    Writes how many tokens layer `layer` of the session has consumed to *out. A layer consumes
+    at most 2^62 tokens (4611686018427387904; at a billion tokens a second, 146 years): a
+    layer call that would take a session's layer past it fails with
+    LUMEN_ERROR_INVALID_ARGUMENT before anything changes (reset or restore the session to go
+    on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT.
+    """
     return _capi.lumen_session_tokens(session, layer)
 
 def lumen_session_read_state(session, layer, part, out):
@@ -348,6 +357,12 @@ class lumen_layer_inputs(object):
     as it usually means a mixed-up model). memory other than what the engine's backend reads
     (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Buffers are only read during the
     call.
+
+    Values are checked before anything runs: NaN or infinity in any input, g > 0 as a log-decay
+    (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
+    beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
+    (and, in a call of several sessions, which session's token), the head and the channel; no
+    session changes.
     """
 
     thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
@@ -400,7 +415,9 @@ def lumen_session_step(session, layer, inputs, output):
     r"""
     Advances layer `layer` of one session by one token (T = 1) in the recurrent form.
     Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer and LUMEN_ERROR_INVALID_ARGUMENT for
-    missing or wrongly sized buffers; the session is unchanged on any error.
+    missing or wrongly sized buffers, input values outside their domain (lumen_layer_inputs)
+    or a layer at its 2^62 tokens (lumen_session_tokens); the session is unchanged on any
+    error.
     """
     return _capi.lumen_session_step(session, layer, inputs, output)
 
@@ -408,7 +425,8 @@ def lumen_session_prefill(session, layer, num_tokens, inputs, output):
     r"""
     Advances layer `layer` of one session by num_tokens tokens (T = num_tokens >= 1) in the
     chunkwise form. Equal, within SPEC's bounds, to num_tokens steps, whatever the split of a
-    sequence into prefill calls. The session is unchanged on any error.
+    sequence into prefill calls. Same errors as lumen_session_step; the session is unchanged
+    on any error.
     """
     return _capi.lumen_session_prefill(session, layer, num_tokens, inputs, output)
 
@@ -416,9 +434,9 @@ def lumen_engine_step_batch(engine, layer, sessions, inputs, output):
     r"""
     Advances layer `layer` of n distinct sessions of this engine by one token each, in one
     call. Inputs and output stack a leading n: q [n, H, K], ..., o [n, HV, V]. n = 0 is a
-    no-op. Returns
-    LUMEN_ERROR_MODEL_MISMATCH if a session belongs to another engine and
-    LUMEN_ERROR_INVALID_ARGUMENT if a session appears twice; no session changes on any error.
+    no-op. Returns the errors of lumen_session_step, LUMEN_ERROR_MODEL_MISMATCH if a session
+    belongs to another engine and LUMEN_ERROR_INVALID_ARGUMENT if a session appears twice; no
+    session changes on any error.
     """
     return _capi.lumen_engine_step_batch(engine, layer, sessions, inputs, output)
 
@@ -473,9 +491,12 @@ def lumen_session_restore(session, data):
     holds). All or nothing: on any error the session is exactly as before. The payload is
     copied into a spare state block while its checksum is verified, then swapped in; the
     engine keeps the swapped-out block for its next restore (one block per engine). Returns
-    LUMEN_ERROR_CORRUPT_SNAPSHOT for truncated or damaged bytes, LUMEN_ERROR_SNAPSHOT_VERSION
-    for a newer format, LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from the
-    session's (the message says which layer and what differs).
+    LUMEN_ERROR_CORRUPT_SNAPSHOT for truncated or damaged bytes (or a token count above 2^62,
+    see lumen_session_tokens), LUMEN_ERROR_SNAPSHOT_VERSION for a newer format,
+    LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from the session's (the
+    message says which layer and what differs). Damage is reported before what the damaged
+    bytes say, except for a size that no snapshot of the session's model has: such bytes are
+    judged from their head alone (docs/snapshot_format.md, "Reading rules").
     """
     return _capi.lumen_session_restore(session, data)
 
@@ -485,11 +506,26 @@ def lumen_session_save(session, path, options):
     go to a temporary file in the same directory, which is flushed to disk and renamed over
     `path`, and the directory is flushed. A crash at any moment leaves the old file or the new
     one, never a torn one. The file is readable and writable by its owner only (it holds a
-    conversation). options may be NULL. Returns LUMEN_ERROR_IO with the system's reason.
+    conversation). options may be NULL.
+
+    If `path` is a symbolic link (or a chain of them), the file it points to is replaced and
+    the link stays. The temporary file is ".lumen-tmp-" and 16 hex digits, in the replaced
+    file's directory, and the same for every save to that file: a save killed midway may leave
+    it behind, and the next save to the same path reuses it (so removes it). Saves to the same
+    path wait for each other through a lock on it (flock; where the file system has none,
+    callers must not save to one path from two places at once).
+
+    Returns LUMEN_ERROR_IO with the system's reason. Thread-safe for distinct sessions; the
+    session is only read.
     """
     return _capi.lumen_session_save(session, path, options)
 
 def lumen_session_load(session, path):
-    r""" Restores the session from the snapshot file `path`; same guarantees as restore."""
+    r"""
+    Restores the session from the snapshot file `path`; same guarantees and statuses as
+    restore. Only a regular file is read: anything else (a FIFO, a device, a directory) is
+    LUMEN_ERROR_IO without waiting on it. A file whose size no snapshot of the session's model
+    can have is rejected after reading its head only (at most 32 + 48 * layers bytes).
+    """
     return _capi.lumen_session_load(session, path)
 

@@ -7843,7 +7843,10 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "lumen_model_builder_build", _wrap_lumen_model_builder_build, METH_O, "\n"
 		"Builds an immutable model from the builder's layers, checking that every layer has the\n"
-		"parameters it needs and that there is at least one layer. The caller owns *out (free with\n"
+		"parameters it needs, that there are 1 to 1048576 (2^20) layers, and that a session's state\n"
+		"fits in 2^62 bytes both as stored and at 4 bytes per element (an fp32 snapshot), so that\n"
+		"every size the library derives from the model fits in int64_t. Returns\n"
+		"LUMEN_ERROR_INVALID_ARGUMENT with a message otherwise. The caller owns *out (free with\n"
 		"lumen_model_destroy). The builder is left unchanged and may build again.\n"
 		""},
 	 { "lumen_model_destroy", _wrap_lumen_model_destroy, METH_O, " Releases the caller's reference; engines and sessions keep their own. NULL is a no-op."},
@@ -7892,7 +7895,13 @@ static PyMethodDef SwigMethods[] = {
 		"Writes a new reference to the session's model to *out (free it with lumen_model_destroy),\n"
 		"e.g. to size the buffers of lumen_session_read_state.\n"
 		""},
-	 { "lumen_session_tokens", _wrap_lumen_session_tokens, METH_VARARGS, " Writes how many tokens layer `layer` of the session has consumed to *out."},
+	 { "lumen_session_tokens", _wrap_lumen_session_tokens, METH_VARARGS, "\n"
+		"Writes how many tokens layer `layer` of the session has consumed to *out. A layer consumes\n"
+		"at most 2^62 tokens (4611686018427387904; at a billion tokens a second, 146 years): a\n"
+		"layer call that would take a session's layer past it fails with\n"
+		"LUMEN_ERROR_INVALID_ARGUMENT before anything changes (reset or restore the session to go\n"
+		"on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT.\n"
+		""},
 	 { "lumen_session_read_state", _wrap_lumen_session_read_state, METH_VARARGS, "\n"
 		"Copies one part of layer `layer`'s state into out[0..count), fp32, canonical layout\n"
 		"([HV, K, V] or [HV, K]). count must equal lumen_model_state_count. Host memory.\n"
@@ -7947,19 +7956,22 @@ static PyMethodDef SwigMethods[] = {
 	 { "lumen_session_step", _wrap_lumen_session_step, METH_VARARGS, "\n"
 		"Advances layer `layer` of one session by one token (T = 1) in the recurrent form.\n"
 		"Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer and LUMEN_ERROR_INVALID_ARGUMENT for\n"
-		"missing or wrongly sized buffers; the session is unchanged on any error.\n"
+		"missing or wrongly sized buffers, input values outside their domain (lumen_layer_inputs)\n"
+		"or a layer at its 2^62 tokens (lumen_session_tokens); the session is unchanged on any\n"
+		"error.\n"
 		""},
 	 { "lumen_session_prefill", _wrap_lumen_session_prefill, METH_VARARGS, "\n"
 		"Advances layer `layer` of one session by num_tokens tokens (T = num_tokens >= 1) in the\n"
 		"chunkwise form. Equal, within SPEC's bounds, to num_tokens steps, whatever the split of a\n"
-		"sequence into prefill calls. The session is unchanged on any error.\n"
+		"sequence into prefill calls. Same errors as lumen_session_step; the session is unchanged\n"
+		"on any error.\n"
 		""},
 	 { "lumen_engine_step_batch", _wrap_lumen_engine_step_batch, METH_VARARGS, "\n"
 		"Advances layer `layer` of n distinct sessions of this engine by one token each, in one\n"
 		"call. Inputs and output stack a leading n: q [n, H, K], ..., o [n, HV, V]. n = 0 is a\n"
-		"no-op. Returns\n"
-		"LUMEN_ERROR_MODEL_MISMATCH if a session belongs to another engine and\n"
-		"LUMEN_ERROR_INVALID_ARGUMENT if a session appears twice; no session changes on any error.\n"
+		"no-op. Returns the errors of lumen_session_step, LUMEN_ERROR_MODEL_MISMATCH if a session\n"
+		"belongs to another engine and LUMEN_ERROR_INVALID_ARGUMENT if a session appears twice; no\n"
+		"session changes on any error.\n"
 		""},
 	 { "lumen_engine_prefill_varlen", _wrap_lumen_engine_prefill_varlen, METH_VARARGS, "\n"
 		"Advances layer `layer` of n distinct sessions by variable numbers of tokens in one call.\n"
@@ -7995,18 +8007,36 @@ static PyMethodDef SwigMethods[] = {
 		"holds). All or nothing: on any error the session is exactly as before. The payload is\n"
 		"copied into a spare state block while its checksum is verified, then swapped in; the\n"
 		"engine keeps the swapped-out block for its next restore (one block per engine). Returns\n"
-		"LUMEN_ERROR_CORRUPT_SNAPSHOT for truncated or damaged bytes, LUMEN_ERROR_SNAPSHOT_VERSION\n"
-		"for a newer format, LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from the\n"
-		"session's (the message says which layer and what differs).\n"
+		"LUMEN_ERROR_CORRUPT_SNAPSHOT for truncated or damaged bytes (or a token count above 2^62,\n"
+		"see lumen_session_tokens), LUMEN_ERROR_SNAPSHOT_VERSION for a newer format,\n"
+		"LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from the session's (the\n"
+		"message says which layer and what differs). Damage is reported before what the damaged\n"
+		"bytes say, except for a size that no snapshot of the session's model has: such bytes are\n"
+		"judged from their head alone (docs/snapshot_format.md, \"Reading rules\").\n"
 		""},
 	 { "lumen_session_save", _wrap_lumen_session_save, METH_VARARGS, "\n"
 		"Saves the session's snapshot to the file `path` (UTF-8) atomically and durably: the bytes\n"
 		"go to a temporary file in the same directory, which is flushed to disk and renamed over\n"
 		"`path`, and the directory is flushed. A crash at any moment leaves the old file or the new\n"
 		"one, never a torn one. The file is readable and writable by its owner only (it holds a\n"
-		"conversation). options may be NULL. Returns LUMEN_ERROR_IO with the system's reason.\n"
+		"conversation). options may be NULL.\n"
+		"\n"
+		"If `path` is a symbolic link (or a chain of them), the file it points to is replaced and\n"
+		"the link stays. The temporary file is \".lumen-tmp-\" and 16 hex digits, in the replaced\n"
+		"file's directory, and the same for every save to that file: a save killed midway may leave\n"
+		"it behind, and the next save to the same path reuses it (so removes it). Saves to the same\n"
+		"path wait for each other through a lock on it (flock; where the file system has none,\n"
+		"callers must not save to one path from two places at once).\n"
+		"\n"
+		"Returns LUMEN_ERROR_IO with the system's reason. Thread-safe for distinct sessions; the\n"
+		"session is only read.\n"
 		""},
-	 { "lumen_session_load", _wrap_lumen_session_load, METH_VARARGS, " Restores the session from the snapshot file `path`; same guarantees as restore."},
+	 { "lumen_session_load", _wrap_lumen_session_load, METH_VARARGS, "\n"
+		"Restores the session from the snapshot file `path`; same guarantees and statuses as\n"
+		"restore. Only a regular file is read: anything else (a FIFO, a device, a directory) is\n"
+		"LUMEN_ERROR_IO without waiting on it. A file whose size no snapshot of the session's model\n"
+		"can have is rejected after reading its head only (at most 32 + 48 * layers bytes).\n"
+		""},
 	 { NULL, NULL, 0, NULL }
 };
 

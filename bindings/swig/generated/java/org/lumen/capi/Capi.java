@@ -122,7 +122,10 @@ public class Capi implements CapiConstants {
 
   /**
    * Builds an immutable model from the builder's layers, checking that every layer has the<br>
-   * parameters it needs and that there is at least one layer. The caller owns *out (free with<br>
+   * parameters it needs, that there are 1 to 1048576 (2^20) layers, and that a session's state<br>
+   * fits in 2^62 bytes both as stored and at 4 bytes per element (an fp32 snapshot), so that<br>
+   * every size the library derives from the model fits in int64_t. Returns<br>
+   * LUMEN_ERROR_INVALID_ARGUMENT with a message otherwise. The caller owns *out (free with<br>
    * lumen_model_destroy). The builder is left unchanged and may build again.
    */
   public static int lumen_model_builder_build(long builder, long[] out) {
@@ -268,7 +271,11 @@ public class Capi implements CapiConstants {
   }
 
   /**
-   *  Writes how many tokens layer `layer` of the session has consumed to *out. 
+   * Writes how many tokens layer `layer` of the session has consumed to *out. A layer consumes<br>
+   * at most 2^62 tokens (4611686018427387904; at a billion tokens a second, 146 years): a<br>
+   * layer call that would take a session's layer past it fails with<br>
+   * LUMEN_ERROR_INVALID_ARGUMENT before anything changes (reset or restore the session to go<br>
+   * on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT.
    */
   public static int lumen_session_tokens(long session, int layer, long[] out) {
     int status = CapiJNI.lumen_session_tokens(session, layer, out);
@@ -314,7 +321,9 @@ public class Capi implements CapiConstants {
   /**
    * Advances layer `layer` of one session by one token (T = 1) in the recurrent form.<br>
    * Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer and LUMEN_ERROR_INVALID_ARGUMENT for<br>
-   * missing or wrongly sized buffers; the session is unchanged on any error.
+   * missing or wrongly sized buffers, input values outside their domain (lumen_layer_inputs)<br>
+   * or a layer at its 2^62 tokens (lumen_session_tokens); the session is unchanged on any<br>
+   * error.
    */
   public static int lumen_session_step(long session, int layer, LayerInputs inputs, LayerOutput output) {
     int status = CapiJNI.lumen_session_step(session, layer, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output);
@@ -325,7 +334,8 @@ public class Capi implements CapiConstants {
   /**
    * Advances layer `layer` of one session by num_tokens tokens (T = num_tokens &gt;= 1) in the<br>
    * chunkwise form. Equal, within SPEC's bounds, to num_tokens steps, whatever the split of a<br>
-   * sequence into prefill calls. The session is unchanged on any error.
+   * sequence into prefill calls. Same errors as lumen_session_step; the session is unchanged<br>
+   * on any error.
    */
   public static int lumen_session_prefill(long session, int layer, int num_tokens, LayerInputs inputs, LayerOutput output) {
     int status = CapiJNI.lumen_session_prefill(session, layer, num_tokens, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output);
@@ -336,9 +346,9 @@ public class Capi implements CapiConstants {
   /**
    * Advances layer `layer` of n distinct sessions of this engine by one token each, in one<br>
    * call. Inputs and output stack a leading n: q [n, H, K], ..., o [n, HV, V]. n = 0 is a<br>
-   * no-op. Returns<br>
-   * LUMEN_ERROR_MODEL_MISMATCH if a session belongs to another engine and<br>
-   * LUMEN_ERROR_INVALID_ARGUMENT if a session appears twice; no session changes on any error.
+   * no-op. Returns the errors of lumen_session_step, LUMEN_ERROR_MODEL_MISMATCH if a session<br>
+   * belongs to another engine and LUMEN_ERROR_INVALID_ARGUMENT if a session appears twice; no<br>
+   * session changes on any error.
    */
   public static int lumen_engine_step_batch(long engine, int layer, long[] sessions, LayerInputs inputs, LayerOutput output) {
     int status = CapiJNI.lumen_engine_step_batch(engine, layer, sessions, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output);
@@ -392,9 +402,12 @@ public class Capi implements CapiConstants {
    * holds). All or nothing: on any error the session is exactly as before. The payload is<br>
    * copied into a spare state block while its checksum is verified, then swapped in; the<br>
    * engine keeps the swapped-out block for its next restore (one block per engine). Returns<br>
-   * LUMEN_ERROR_CORRUPT_SNAPSHOT for truncated or damaged bytes, LUMEN_ERROR_SNAPSHOT_VERSION<br>
-   * for a newer format, LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from the<br>
-   * session's (the message says which layer and what differs).
+   * LUMEN_ERROR_CORRUPT_SNAPSHOT for truncated or damaged bytes (or a token count above 2^62,<br>
+   * see lumen_session_tokens), LUMEN_ERROR_SNAPSHOT_VERSION for a newer format,<br>
+   * LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from the session's (the<br>
+   * message says which layer and what differs). Damage is reported before what the damaged<br>
+   * bytes say, except for a size that no snapshot of the session's model has: such bytes are<br>
+   * judged from their head alone (docs/snapshot_format.md, "Reading rules").
    */
   public static int lumen_session_restore(long session, byte[] data) {
     int status = CapiJNI.lumen_session_restore(session, data);
@@ -407,7 +420,17 @@ public class Capi implements CapiConstants {
    * go to a temporary file in the same directory, which is flushed to disk and renamed over<br>
    * `path`, and the directory is flushed. A crash at any moment leaves the old file or the new<br>
    * one, never a torn one. The file is readable and writable by its owner only (it holds a<br>
-   * conversation). options may be NULL. Returns LUMEN_ERROR_IO with the system's reason.
+   * conversation). options may be NULL.<br>
+   * <br>
+   * If `path` is a symbolic link (or a chain of them), the file it points to is replaced and<br>
+   * the link stays. The temporary file is ".lumen-tmp-" and 16 hex digits, in the replaced<br>
+   * file's directory, and the same for every save to that file: a save killed midway may leave<br>
+   * it behind, and the next save to the same path reuses it (so removes it). Saves to the same<br>
+   * path wait for each other through a lock on it (flock; where the file system has none,<br>
+   * callers must not save to one path from two places at once).<br>
+   * <br>
+   * Returns LUMEN_ERROR_IO with the system's reason. Thread-safe for distinct sessions; the<br>
+   * session is only read.
    */
   public static int lumen_session_save(long session, String path, SnapshotOptions options) {
     int status = CapiJNI.lumen_session_save(session, path, SnapshotOptions.getCPtr(options), options);
@@ -416,7 +439,10 @@ public class Capi implements CapiConstants {
   }
 
   /**
-   *  Restores the session from the snapshot file `path`; same guarantees as restore. 
+   * Restores the session from the snapshot file `path`; same guarantees and statuses as<br>
+   * restore. Only a regular file is read: anything else (a FIFO, a device, a directory) is<br>
+   * LUMEN_ERROR_IO without waiting on it. A file whose size no snapshot of the session's model<br>
+   * can have is rejected after reading its head only (at most 32 + 48 * layers bytes).
    */
   public static int lumen_session_load(long session, String path) {
     int status = CapiJNI.lumen_session_load(session, path);

@@ -15,7 +15,13 @@ package org.lumen.capi;
  * the pointer must be NULL and its count 0 (anything else is LUMEN_ERROR_INVALID_ARGUMENT,<br>
  * as it usually means a mixed-up model). memory other than what the engine's backend reads<br>
  * (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Buffers are only read during the<br>
- * call.
+ * call.<br>
+ * <br>
+ * Values are checked before anything runs: NaN or infinity in any input, g &gt; 0 as a log-decay<br>
+ * (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with<br>
+ * beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token<br>
+ * (and, in a call of several sessions, which session's token), the head and the channel; no<br>
+ * session changes.
  */
 public class LayerInputs {
   private transient long swigCPtr;

@@ -1,0 +1,47 @@
+#include "src/struct_size.h"
+
+#include "absl/strings/str_cat.h"
+#include "lumen/lumen.h"
+
+namespace lumen {
+namespace {
+
+// sizeof must end at the last field: a new field can never hide in tail padding, where the
+// zero check beyond sizeof would not see it.
+#define LUMEN_ENDS_AT_LAST_FIELD(type, last) \
+  static_assert(offsetof(type, last) + sizeof(type::last) == sizeof(type))
+LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_options, state_dtype);
+LUMEN_ENDS_AT_LAST_FIELD(lumen_engine_options, device);
+LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_inputs, beta_count);
+LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_output, o_count);
+LUMEN_ENDS_AT_LAST_FIELD(lumen_snapshot_options, state_dtype);
+#undef LUMEN_ENDS_AT_LAST_FIELD
+
+}  // namespace
+
+absl::Status CheckStructSize(const void* user_struct, uint32_t struct_size, size_t known_size,
+                             absl::string_view type_name) {
+  if (struct_size < known_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        type_name, ".struct_size is ", struct_size, ", smaller than the ", known_size,
+        " bytes of its fields: the struct is too small; fill it with ", type_name, "_init"));
+  }
+  if (struct_size > kMaxStructSize) {
+    return absl::InvalidArgumentError(absl::StrCat(type_name, ".struct_size is ", struct_size,
+                                                   ", more than any lumen struct (",
+                                                   kMaxStructSize, "): fill it with ",
+                                                   type_name, "_init"));
+  }
+  const unsigned char* bytes = static_cast<const unsigned char*>(user_struct);
+  for (size_t offset = known_size; offset < struct_size; ++offset) {
+    if (bytes[offset] != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          type_name, ".struct_size is ", struct_size, " and byte ", offset,
+          " is not zero, but this library (lumen ", lumen_version_string(), ") knows only the ",
+          known_size, " bytes before it: the caller sets a field from a newer lumen.h"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lumen

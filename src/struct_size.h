@@ -1,0 +1,32 @@
+#pragma once
+// The struct_size check of every extensible struct a caller passes (layer, engine and
+// snapshot options, layer inputs and output), after the Linux kernel's convention for
+// extensible structs (copy_struct_from_user): a caller built against an older header passes
+// a smaller size, one built against a newer header a larger one.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace lumen {
+
+// Structs larger than this are not lumen structs of any version.
+inline constexpr uint32_t kMaxStructSize = 4096;
+
+// OK when struct_size equals known_size (sizeof the struct in this library's header), or is
+// larger and every byte of user_struct beyond known_size is zero: fields this library does
+// not know, left at their defaults. Otherwise INVALID_ARGUMENT: smaller than known_size
+// (every struct is still at its first version), above kMaxStructSize, or naming the offset
+// of the first non-zero byte beyond the known fields. user_struct must hold struct_size
+// bytes. `type_name` names the struct in the message; its init function is type_name_init.
+absl::Status CheckStructSize(const void* user_struct, uint32_t struct_size, size_t known_size,
+                             absl::string_view type_name);
+
+template <typename Struct>
+absl::Status CheckStructSize(const Struct& user_struct, absl::string_view type_name) {
+  return CheckStructSize(&user_struct, user_struct.struct_size, sizeof(Struct), type_name);
+}
+
+}  // namespace lumen
