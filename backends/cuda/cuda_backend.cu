@@ -416,7 +416,19 @@ PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run) {
     plan.o = layout.Add(T * spec.num_value_heads * spec.value_dim * 4);
   }
   if (bf16) plan.wide = layout.Add(n * StateCount(spec) * 4);
-  const int64_t chunk_bytes = ChunkwiseScratchBytes(ChunkwiseShape(spec, run));
+  // ChunkwiseScratchBytes checks the arguments as a launch would, pointers included, and
+  // reads only the shapes: point every array the launch will have at a placeholder.
+  static float placeholder;
+  static float* placeholder_table[1] = {&placeholder};
+  static int32_t placeholder_offsets[1];
+  ChunkwiseArgs sizing = ChunkwiseShape(spec, run);
+  sizing.q = sizing.k = sizing.v = sizing.o = &placeholder;
+  if (sizing.decay != Decay::kNone) sizing.log_decay = &placeholder;
+  if (sizing.delta_rule) sizing.beta = &placeholder;
+  sizing.states = placeholder_table;
+  if (sizing.normalize) sizing.normalizers = placeholder_table;
+  sizing.cu_seqlens = placeholder_offsets;
+  const int64_t chunk_bytes = ChunkwiseScratchBytes(sizing);
   if (chunk_bytes > 0) plan.chunk = layout.Add(chunk_bytes);
 #endif
   plan.total = layout.total();

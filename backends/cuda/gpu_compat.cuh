@@ -44,4 +44,34 @@ __device__ __forceinline__ float SumAcrossLaneGroups(float value) {
   return value;
 }
 
+// Copies kBytes (4, 8 or 16) from global to shared memory without holding registers while
+// the bytes are in flight (cp.async, sm_80); CopyAsyncWaitAll waits for the calling thread's
+// copies. A HIP build copies synchronously.
+template <int kBytes>
+__device__ __forceinline__ void CopyAsync(void* shared_dst, const void* global_src) {
+#if defined(__HIP_PLATFORM_AMD__)
+  __builtin_memcpy(shared_dst, global_src, kBytes);
+#else
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global_src));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(address), "l"(global_src),
+                 "n"(kBytes));
+  }
+#endif
+}
+
+__device__ __forceinline__ void CopyAsyncCommit() {
+#if !defined(__HIP_PLATFORM_AMD__)
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+__device__ __forceinline__ void CopyAsyncWaitAll() {
+#if !defined(__HIP_PLATFORM_AMD__)
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 }  // namespace lumen::cuda

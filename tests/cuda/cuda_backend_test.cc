@@ -181,6 +181,9 @@ void CompareBatchedSteps(const RefLayer& layer, int32_t n, int32_t steps, int32_
   cudaStream_t stream = nullptr;
   REQUIRE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int64_t o_count = n * layer.VPerToken();
+  // A bf16 state is rounded after every token; the two backends may round a value that lies
+  // within an ulp of a tie differently, so they are held to SPEC's bf16 bound.
+  const double bound = layer.state_dtype == LUMEN_DTYPE_BFLOAT16 ? kHalfBound : kStepBound;
   for (int32_t step = 0; step < steps; ++step) {
     const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, n, rng), in_dtype);
     OutputBuffer cpu_out;
@@ -205,11 +208,11 @@ void CompareBatchedSteps(const RefLayer& layer, int32_t n, int32_t steps, int32_
     const std::vector<float> gpu_o = Decode(bytes.data(), o_count, LUMEN_DTYPE_FLOAT32);
     const ErrorReport eo = Measure(gpu_o, ToDouble(cpu_out.Values()));
     INFO("step " << step << " o: " << eo.Describe());
-    CHECK(eo.Passes(kStepBound));
+    CHECK(eo.Passes(bound));
   }
   for (int32_t i = 0; i < n; ++i) {
     INFO("session " << i);
-    CheckStatesClose(layer, on_gpu.handles[i], on_cpu.handles[i], kStepBound);
+    CheckStatesClose(layer, on_gpu.handles[i], on_cpu.handles[i], bound);
   }
   cudaStreamDestroy(stream);
 }

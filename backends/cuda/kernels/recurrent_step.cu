@@ -19,6 +19,9 @@ constexpr int kBlockThreads = 128;
 constexpr int kColumnThreads = 8;
 constexpr int kRowGroups = kBlockThreads / kColumnThreads;
 constexpr int kWarps = kBlockThreads / kWarpSize;
+// Blocks of the staged kernel resident per SM that registers must allow (each keeps its
+// tile's copies in flight); a 256-row tile's shared memory allows fewer.
+constexpr int StagedBlocksPerSm(int rows) { return rows >= 16 ? 5 : 8; }
 static_assert(kWarpSize % kColumnThreads == 0, "a warp holds whole row groups");
 
 // Sums each of kCount values over the whole block; every thread gets the totals.
@@ -93,13 +96,19 @@ struct StateIo<1> {
 };
 
 // kRows rows per thread per chunk of kRowGroups * kRows rows. kSingleChunk: K fits in one
-// chunk and the state tile stays in registers from its load to its store.
+// chunk, so the tile is read once and written once. With 16-byte column groups it is copied
+// into shared memory asynchronously (kStaged): the bytes in flight are then bounded by shared
+// memory, not by registers, and the registers stay few enough for many blocks per SM. Else
+// it is held in registers.
 template <int kVec, int kRows, bool kSingleChunk>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, kSingleChunk && kVec == 4 ? StagedBlocksPerSm(kRows) : 1)
 RecurrentStepKernel(const StepArgs args, const StepStates states) {
   constexpr int kChunk = kRowGroups * kRows;
   constexpr int kTileColumns = kColumnThreads * kVec;
+  constexpr bool kStaged = kSingleChunk && kVec == 4;
   __shared__ float q_s[kChunk], k_s[kChunk], a_s[kChunk];
+  // The state tile, [kChunk, kTileColumns] in the stored dtype (fp32 or bf16).
+  __shared__ __align__(16) float staged[kStaged ? kChunk * kTileColumns : 1];
   __shared__ float partial[kWarps][2 * kTileColumns];
   __shared__ float column_sum[2 * kTileColumns];
   __shared__ float reduce_scratch[kWarps * 2];
@@ -135,8 +144,23 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   const char* normalizer =
       static_cast<char*>(block) + (static_cast<int64_t>(HV) * K * V + int64_t{hv} * K) * elem;
 
+  // Where row j (of the chunk) of this thread's columns sits in the staged tile.
+  auto tile_at = [&](int j) {
+    return reinterpret_cast<char*>(staged) + (int64_t{j} * kTileColumns + c * kVec) * elem;
+  };
   float s[kRows][kVec];
-  if (kSingleChunk) {
+  if (kStaged) {
+    // Start every state copy first: they are the bytes this kernel exists to move.
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      const int32_t i = r + kRowGroups * m;
+      if (i < K && valid > 0) {
+        const char* source = matrix + (int64_t{i} * V + col) * elem;
+        bf16 ? CopyAsync<4 * 2>(tile_at(i), source) : CopyAsync<4 * 4>(tile_at(i), source);
+      }
+    }
+    CopyAsyncCommit();
+  } else if (kSingleChunk) {
     // Issue every state load first: they are the bytes this kernel exists to move.
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
@@ -243,11 +267,37 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
 #pragma unroll
   for (int e = 0; e < kVec; ++e) sum_k[e] = sum_q[e] = 0.0f;
 
+  if (kStaged) CopyAsyncWaitAll();  // this thread's own rows of the tile have arrived
+
   // Pass 1: decay, and the additive write; partial sums over this thread's rows.
   const int32_t pass_end = kSingleChunk ? 1 : K;  // one chunk, known at compile time
   for (int32_t base = 0; base < pass_end; base += kChunk) {
     if (!kSingleChunk && base > 0) __syncthreads();  // the previous chunk's reads are done
     stage(base, true);
+    if constexpr (kStaged) {
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const int j = r + kRowGroups * m;
+        if (j >= K || valid <= 0) continue;
+        float row[kVec];
+        StateIo<kVec>::Load(tile_at(j), 0, bf16, valid, row);
+        const float a = a_s[j], k = k_s[j], q = q_s[j];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          if (layer.delta_rule) {
+            row[e] *= a;
+            sum_k[e] += k * row[e];
+            sum_q[e] += q * row[e];
+          } else {
+            row[e] = a * row[e] + k * v[e];
+            sum_q[e] += q * row[e];
+          }
+        }
+        if (!layer.delta_rule) {
+          StateIo<kVec>::Store(matrix, int64_t{j} * V + col, bf16, valid, row);
+        }
+      }
+    } else {
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const int j = r + kRowGroups * m;
@@ -275,6 +325,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
       if (!kSingleChunk && !layer.delta_rule && i < K && valid > 0) {
         StateIo<kVec>::Store(matrix, int64_t{i} * V + col, bf16, valid, s[m]);
       }
+    }
     }
   }
 
@@ -312,7 +363,20 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   }
 
   // Pass 2: the delta write, S_t = S' + k u^T, then every state store.
-  if (kSingleChunk) {
+  if constexpr (kStaged) {
+    if (layer.delta_rule) {
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const int j = r + kRowGroups * m;
+        if (j >= K || valid <= 0) continue;
+        float row[kVec];
+        StateIo<kVec>::Load(tile_at(j), 0, bf16, valid, row);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) row[e] = a_s[j] * row[e] + k_s[j] * u[e];
+        StateIo<kVec>::Store(matrix, int64_t{j} * V + col, bf16, valid, row);
+      }
+    }
+  } else if (kSingleChunk) {
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const int32_t i = r + kRowGroups * m;
