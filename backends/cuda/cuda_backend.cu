@@ -7,14 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/create_cuda_backend.h"
+#include "backends/cuda/kernels/chunkwise.cuh"
 #include "backends/cuda/kernels/convert.cuh"
 #include "backends/cuda/kernels/prepare_inputs.cuh"
 #include "backends/cuda/kernels/recurrent_step.cuh"
 #include "src/model.h"
 #include "src/status.h"
-#ifdef LUMEN_CUDA_HAS_CHUNKWISE
-#include "backends/cuda/kernels/chunkwise.cuh"
-#endif
 
 namespace lumen::cuda {
 namespace {
@@ -316,17 +314,13 @@ absl::Status CudaBackend::EnsureStaging(int64_t bytes) {
 }
 
 absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
-                                   const RawInputs& inputs, void* o,
-                                   const int32_t* device_cu_seqlens, int32_t token_offset,
-                                   cudaStream_t stream) {
+                                   const RawInputs& inputs, void* o, cudaStream_t stream) {
   StepArgs args;
   args.layer = layers_.at(&spec);
   args.inputs = inputs;
   args.o = o;
   args.out_dtype = run.output->dtype;
   args.state_bf16 = spec.state_dtype == DType::kBFloat16;
-  args.cu_seqlens = device_cu_seqlens;
-  args.token_offset = token_offset;
   StepStates states;
   for (int32_t first = 0; first < run.num_sessions(); first += kStepSessionsPerLaunch) {
     args.first_session = first;
@@ -354,7 +348,6 @@ struct PrefillPlan {
 
 int64_t StateCount(const LayerSpec& spec) { return spec.matrix_count() + spec.normalizer_count(); }
 
-#ifdef LUMEN_CUDA_HAS_CHUNKWISE
 ChunkwiseArgs ChunkwiseShape(const LayerSpec& spec, const LayerRun& run) {
   ChunkwiseArgs args{};
   args.num_sequences = run.num_sessions();
@@ -377,7 +370,6 @@ ChunkwiseArgs ChunkwiseShape(const LayerSpec& spec, const LayerRun& run) {
   args.normalize_eps = spec.normalize_eps;
   return args;
 }
-#endif
 
 PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run) {
   PrefillPlan plan;
@@ -399,7 +391,6 @@ PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run) {
   }
   plan.tables_bytes = table;
   layout.Add(table);
-#ifdef LUMEN_CUDA_HAS_CHUNKWISE
   const int64_t T = run.num_tokens();
   const int64_t qk = T * spec.num_heads * spec.key_dim * 4;
   plan.q = layout.Add(qk);
@@ -430,7 +421,6 @@ PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run) {
   sizing.cu_seqlens = placeholder_offsets;
   const int64_t chunk_bytes = ChunkwiseScratchBytes(sizing);
   if (chunk_bytes > 0) plan.chunk = layout.Add(chunk_bytes);
-#endif
   plan.total = layout.total();
   return plan;
 }
@@ -471,7 +461,6 @@ absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging_free_, stream), "recording an event");
   const int32_t* device_cu_seqlens = reinterpret_cast<const int32_t*>(scratch + plan.cu_seqlens);
 
-#ifdef LUMEN_CUDA_HAS_CHUNKWISE
   const bool bf16 = spec.state_dtype == DType::kBFloat16;
   const LayerConfig& layer = layers_.at(&spec);
   PreparedInputs prepared;
@@ -520,19 +509,6 @@ absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
                                "converting the output");
   }
   return absl::OkStatus();
-#else
-  // Without the chunkwise kernel in this build: the recurrent kernel, one token position of
-  // every sequence per launch.
-  int32_t longest = 0;
-  for (int32_t s = 0; s < n; ++s) {
-    longest = std::max(longest, run.cu_seqlens[s + 1] - run.cu_seqlens[s]);
-  }
-  for (int32_t t = 0; t < longest; ++t) {
-    absl::Status status = RunSteps(spec, run, inputs, o, device_cu_seqlens, t, stream);
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
-#endif
 }
 
 absl::Status CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
@@ -614,7 +590,7 @@ absl::Status CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
 
   absl::Status status = run.chunkwise
                             ? RunPrefill(spec, run, inputs, o, scratch + host_io_bytes, stream)
-                            : RunSteps(spec, run, inputs, o, nullptr, 0, stream);
+                            : RunSteps(spec, run, inputs, o, stream);
   if (!status.ok()) return status;
 
   if (host_output) {

@@ -51,8 +51,7 @@ class CudaBackend : public Backend {
   absl::Status EnsureStaging(int64_t bytes);
 
   absl::Status RunSteps(const LayerSpec& spec, const LayerRun& run, const RawInputs& inputs,
-                        void* o, const int32_t* device_cu_seqlens, int32_t token_offset,
-                        cudaStream_t stream);
+                        void* o, cudaStream_t stream);
   // Device scratch a prefill needs beyond the host-buffer copies.
   int64_t PrefillScratchBytes(const LayerSpec& spec, const LayerRun& run) const;
   absl::Status RunPrefill(const LayerSpec& spec, const LayerRun& run, const RawInputs& inputs,

@@ -17,10 +17,10 @@ cmake --build build-gpu -j"$(nproc)" >"$log_dir/build.log" 2>&1 ||
   { grep -B2 -A8 -m5 "error" "$log_dir/build.log"; exit 1; }
 echo "build: $(($(date +%s) - start)) s"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
-ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 900 >"$log_dir/ctest.log" 2>&1
+ctest --test-dir build-gpu -L gpu -V --timeout 900 >"$log_dir/ctest.log" 2>&1
 tests_status=$?
-grep -E "tests passed|Test +#|Failed|FAILED" "$log_dir/ctest.log" | tail -20
-grep -E "^test cases|assertions" "$log_dir/ctest.log" | tail -6
+grep -E "tests passed|Test +#|Failed|FAILED|All tests passed|^[0-9]+: test cases" \
+  "$log_dir/ctest.log" | tail -20
 if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
   bench_args=()
   [[ "${QUICK_BENCH:-0}" == 1 ]] && bench_args=(--quick)

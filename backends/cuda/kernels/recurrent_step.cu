@@ -122,13 +122,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   const int32_t session = blockIdx.y;
   const int32_t h = hv / (HV / H);
 
-  int64_t t = args.first_session + session;
-  if (args.cu_seqlens != nullptr) {
-    const int32_t start = args.cu_seqlens[args.first_session + session];
-    const int32_t end = args.cu_seqlens[args.first_session + session + 1];
-    if (start + args.token_offset >= end) return;  // the whole block: no barrier is skipped
-    t = start + args.token_offset;
-  }
+  const int64_t t = args.first_session + session;  // the session's token
 
   const int tid = threadIdx.x;
   const int c = tid % kColumnThreads;
@@ -201,6 +195,19 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   float norms[2] = {0.0f, 0.0f};  // sum(q^2), sum(k^2) over K
   if (kSingleChunk) {
     load_raw(0, norms[0], norms[1]);  // in flight together with the state loads
+    if (layer.qk_l2norm) {
+      // Each warp sums the whole row itself (a few cached loads per lane), which spares the
+      // block two barriers.
+      norms[0] = norms[1] = 0.0f;
+      for (int32_t i = tid % kWarpSize; i < K; i += kWarpSize) {
+        const float q = LoadElement(in.q, qk_row + i, in.dtype);
+        const float k = LoadElement(in.k, qk_row + i, in.dtype);
+        norms[0] += q * q;
+        norms[1] += k * k;
+      }
+      norms[0] = SumAcrossLaneGroups<1>(norms[0]);
+      norms[1] = SumAcrossLaneGroups<1>(norms[1]);
+    }
   } else if (layer.qk_l2norm) {
     for (int32_t i = tid; i < K; i += kBlockThreads) {
       const float q = LoadElement(in.q, qk_row + i, in.dtype);
@@ -227,7 +234,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
 
   float q_norm = 1.0f, k_norm = 1.0f;
   if (layer.qk_l2norm) {
-    BlockSum(norms, reduce_scratch);
+    if (!kSingleChunk) BlockSum(norms, reduce_scratch);
     q_norm = L2NormFactor(layer, norms[0]);
     k_norm = L2NormFactor(layer, norms[1]);
   }
@@ -424,13 +431,7 @@ NormalizerUpdateKernel(const StepArgs args, const StepStates states) {
   const int32_t hv = blockIdx.x;
   const int32_t session = blockIdx.y;
   const int32_t h = hv / (HV / H);
-  int64_t t = args.first_session + session;
-  if (args.cu_seqlens != nullptr) {
-    const int32_t start = args.cu_seqlens[args.first_session + session];
-    const int32_t end = args.cu_seqlens[args.first_session + session + 1];
-    if (start + args.token_offset >= end) return;
-    t = start + args.token_offset;
-  }
+  const int64_t t = args.first_session + session;
   const RawInputs& in = args.inputs;
   const int64_t qk_row = (t * H + h) * K;
   float k_norm = 1.0f;

@@ -24,13 +24,8 @@ struct StepArgs {
   void* o = nullptr;  // [T, HV, V]
   int32_t out_dtype = kFloat32;
   bool state_bf16 = false;
-  int32_t num_sessions = 0;  // <= kStepSessionsPerLaunch
-  // Which token session s of this launch reads: with cu_seqlens (device, [all sessions + 1])
-  // token cu_seqlens[first_session + s] + token_offset, skipped past the session's end;
-  // without, token first_session + s.
-  int32_t first_session = 0;
-  const int32_t* cu_seqlens = nullptr;
-  int32_t token_offset = 0;
+  int32_t num_sessions = 0;   // <= kStepSessionsPerLaunch
+  int32_t first_session = 0;  // session s of this launch reads token first_session + s
 };
 
 // Enqueues one token for each session of `args` on `stream`: the state update, o, and for a
