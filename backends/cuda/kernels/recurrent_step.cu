@@ -195,19 +195,6 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   float norms[2] = {0.0f, 0.0f};  // sum(q^2), sum(k^2) over K
   if (kSingleChunk) {
     load_raw(0, norms[0], norms[1]);  // in flight together with the state loads
-    if (layer.qk_l2norm) {
-      // Each warp sums the whole row itself (a few cached loads per lane), which spares the
-      // block two barriers.
-      norms[0] = norms[1] = 0.0f;
-      for (int32_t i = tid % kWarpSize; i < K; i += kWarpSize) {
-        const float q = LoadElement(in.q, qk_row + i, in.dtype);
-        const float k = LoadElement(in.k, qk_row + i, in.dtype);
-        norms[0] += q * q;
-        norms[1] += k * k;
-      }
-      norms[0] = SumAcrossLaneGroups<1>(norms[0]);
-      norms[1] = SumAcrossLaneGroups<1>(norms[1]);
-    }
   } else if (layer.qk_l2norm) {
     for (int32_t i = tid; i < K; i += kBlockThreads) {
       const float q = LoadElement(in.q, qk_row + i, in.dtype);
@@ -234,7 +221,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
 
   float q_norm = 1.0f, k_norm = 1.0f;
   if (layer.qk_l2norm) {
-    if (!kSingleChunk) BlockSum(norms, reduce_scratch);
+    BlockSum(norms, reduce_scratch);
     q_norm = L2NormFactor(layer, norms[0]);
     k_norm = L2NormFactor(layer, norms[1]);
   }
