@@ -6,7 +6,7 @@
  * Objects
  *   lumen_model_builder  collects the description of a model, layer by layer.
  *   lumen_model          an immutable, validated list of layers (reference counted).
- *   lumen_engine         a model bound to a backend (CPU now; CUDA and ROCm later) and its
+ *   lumen_engine         a model bound to a backend (CPU or CUDA; ROCm later) and its
  *                        worker threads; it runs every step and prefill.
  *   lumen_session        the fixed-size state of every layer of the model for one
  *                        conversation, plus how many tokens each layer has consumed.
