@@ -14,8 +14,9 @@ package org.lumen.capi;
  * gated_delta_net and kda; beta by the delta family; for a layer that does not take one,<br>
  * the pointer must be NULL and its count 0 (anything else is LUMEN_ERROR_INVALID_ARGUMENT,<br>
  * as it usually means a mixed-up model). memory other than what the engine's backend reads<br>
- * (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Buffers are only read during the<br>
- * call.
+ * (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Host buffers are only read during<br>
+ * the call; device buffers until the call's work on its stream has run (see "GPU engines").<br>
+ * A struct_size of 0.1.0's struct (without `stream`) is accepted and means stream NULL.
  */
 public class LayerInputs {
   private transient long swigCPtr;
@@ -130,6 +131,12 @@ public class LayerInputs {
   public long getBetaCount() {
     return CapiJNI.LayerInputs_betaCount_get(swigCPtr, this);
   }
+
+  public void setStream(long value) {
+    CapiJNI.LayerInputs_stream_set(swigCPtr, this, value);
+  }
+
+  public long getStream() { return CapiJNI.LayerInputs_stream_get(swigCPtr, this); }
 
   public LayerInputs() {
     this(CapiJNI.new_LayerInputs(), true);
