@@ -40,12 +40,13 @@ constexpr int kSubChunks = kChunk / kSubChunk;
 constexpr int kIntraThreads = 256;
 constexpr int kIntraSlab = 16;                 // key channels per pass
 constexpr int kIntraStride = kIntraSlab + 1;   // padded row: conflict-free column reads
-constexpr int kSquareStride = kChunk + 1;      // padded row of a C x C matrix
+constexpr int kSquareStride = kChunk + 4;      // padded row of A, 16-byte aligned
 
 // Launch 3: 128 threads over a C x kValueTile output tile, 4 x 4 each.
 constexpr int kInterThreads = 128;
 constexpr int kInterSlab = 64;                 // key channels per pass
 constexpr int kValueTile = 32;                 // value columns per block
+constexpr int kInterBlocksPerSm = 3;           // caps registers at 168
 constexpr int kSlabStride = kInterSlab + 4;    // rows stay 16-byte aligned for float4 reads
 constexpr int kTileStride = kValueTile + 4;
 
@@ -108,8 +109,9 @@ __device__ float* SlotOf(const SlotLayout& layout, float* scratch, int32_t num_v
 }
 
 // In-place inclusive prefix sums down the kChunk rows of each of kColumns columns of `a`
-// (row stride `stride`), by all kThreads threads: each sums a segment of rows, then adds the
-// totals of the segments above it. `totals` holds kThreads floats.
+// (row stride `stride`), by all kThreads threads: each totals a segment of rows, then
+// rewrites it as running sums starting from the totals of the segments above it. `totals`
+// holds kThreads floats.
 template <int kColumns, int kThreads>
 __device__ void PrefixSumColumns(float* a, int stride, float* totals) {
   constexpr int kSegments = kThreads / kColumns;
@@ -117,19 +119,19 @@ __device__ void PrefixSumColumns(float* a, int stride, float* totals) {
   static_assert(kSegments * kColumns == kThreads && kRows * kSegments == kChunk, "layout");
   const int column = threadIdx.x % kColumns;
   const int segment = threadIdx.x / kColumns;
-  float sums[kRows];
-  float running = 0.0f;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    running += a[(segment * kRows + r) * stride + column];
-    sums[r] = running;
-  }
-  totals[segment * kColumns + column] = running;
+  float* first = a + segment * kRows * stride + column;
+  float total = 0.0f;
+#pragma unroll 8
+  for (int r = 0; r < kRows; ++r) total += first[r * stride];
+  totals[segment * kColumns + column] = total;
   __syncthreads();
-  float offset = 0.0f;
-  for (int s = 0; s < segment; ++s) offset += totals[s * kColumns + column];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) a[(segment * kRows + r) * stride + column] = sums[r] + offset;
+  float running = 0.0f;
+  for (int s = 0; s < segment; ++s) running += totals[s * kColumns + column];
+#pragma unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    running += first[r * stride];
+    first[r * stride] = running;
+  }
   __syncthreads();
 }
 
@@ -154,23 +156,44 @@ __device__ void LoadTokenScalars(const ChunkwiseArgs& args, const ChunkSpan& spa
   __syncthreads();
 }
 
-// Loads the per-channel log-decays of channels [k0, k0 + kColumns) into `b` ([C, stride],
-// zero past the chunk and past K) and turns them into b_t, the cumulative sums.
+// Runs over a kChunk x kColumns tile, each thread's share in two unrolled passes: every
+// global read first (fetch(t, c) returns the value), then every shared-memory write
+// (store(t, c, value)), so that the reads' latencies overlap instead of adding up.
+template <int kColumns, int kThreads, typename Fetch, typename Store>
+__device__ __forceinline__ void ForEachInTile(Fetch fetch, Store store) {
+  constexpr int kPerThread = kChunk * kColumns / kThreads;
+  static_assert(kPerThread * kThreads == kChunk * kColumns, "tile layout");
+  float values[kPerThread];
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int e = threadIdx.x + i * kThreads;
+    values[i] = fetch(e / kColumns, e % kColumns);
+  }
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int e = threadIdx.x + i * kThreads;
+    store(e / kColumns, e % kColumns, values[i]);
+  }
+}
+
+// The per-channel log-decay of token t (chunk-relative), channel k0 + c; zero past the chunk
+// and past K.
+__device__ __forceinline__ float FetchLogDecay(const ChunkwiseArgs& args, const ChunkSpan& span,
+                                               int32_t value_head, int32_t k0, int t, int c) {
+  if (t >= span.length || k0 + c >= args.key_dim) return 0.0f;
+  return __ldg(&args.log_decay[(static_cast<int64_t>(span.start + t) * args.num_value_heads +
+                                value_head) * args.key_dim + k0 + c]);
+}
+
+// Loads the per-channel log-decays of channels [k0, k0 + kColumns) into `b` ([C, stride])
+// and turns them into b_t, the cumulative sums.
 template <int kColumns, int kThreads>
 __device__ void LoadCumulativeDecay(const ChunkwiseArgs& args, const ChunkSpan& span,
                                     int32_t value_head, int32_t k0, float* b, int stride,
                                     float* totals) {
-  const int32_t key_dim = args.key_dim;
-  for (int e = threadIdx.x; e < kChunk * kColumns; e += kThreads) {
-    const int t = e / kColumns;
-    const int i = e % kColumns;
-    float g = 0.0f;
-    if (t < span.length && k0 + i < key_dim) {
-      g = args.log_decay[(static_cast<int64_t>(span.start + t) * args.num_value_heads +
-                          value_head) * key_dim + k0 + i];
-    }
-    b[t * stride + i] = g;
-  }
+  ForEachInTile<kColumns, kThreads>(
+      [&](int t, int c) { return FetchLogDecay(args, span, value_head, k0, t, c); },
+      [&](int t, int c, float g) { b[t * stride + c] = g; });
   __syncthreads();
   PrefixSumColumns<kColumns, kThreads>(b, stride, totals);
 }
@@ -178,12 +201,9 @@ __device__ void LoadCumulativeDecay(const ChunkwiseArgs& args, const ChunkSpan& 
 // ---------------------------------------------------------------------------------------
 // Launch 1: P, and for the delta rule W and U, of every chunk of the round.
 
-// Shared memory of launch 1, in floats. The per-slab arrays of the score pass, the A and T
-// matrices of the solve, and the operands of the transform pass reuse one region.
+// Shared memory of launch 1, in floats: the per-slab arrays of the score pass, then A.
 constexpr int kIntraSlabFloats = kChunk * kIntraStride;
-constexpr int kIntraRegionFloats =
-    std::max(8 * kIntraSlabFloats, 2 * kChunk * kSquareStride);
-static_assert(kChunk * kSquareStride + 2 * kIntraSlabFloats <= kIntraRegionFloats, "region");
+constexpr int kIntraRegionFloats = std::max(8 * kIntraSlabFloats, kChunk * kSquareStride);
 
 // Accumulates the raw (t, s) sums of P and, for the delta rule, of A over one slab of key
 // channels. Thread (ty, tx) owns rows t = ty + 16 i and columns s = tx + 16 j, so pair (i, j)
@@ -239,37 +259,64 @@ __device__ void AccumulateScores(const float* q_raw, const float* k_raw, const f
   }
 }
 
-// T = (I + A)^-1 for the strictly lower A: thread j solves column j by forward substitution.
-// Rows and columns past the chunk are zero in A, so T is the identity there.
-__device__ void InvertUnitLower(const float* a, float* inverse) {
-  const int j = threadIdx.x;
-  if (j >= kChunk) return;
-  for (int t = 0; t < kChunk; ++t) {
-    float x = t == j ? 1.0f : 0.0f;
-    if (t > j) {
-      for (int s = j; s < t; ++s) x = fmaf(-a[t * kSquareStride + s], inverse[s * kSquareStride + j], x);
-    }
-    inverse[t * kSquareStride + j] = x;
-  }
-}
-
-// out[t, c] = sum_{s <= t} T[t, s] x[s, c] for the kIntraSlab columns of x, written to
-// out[t * out_stride + c] for the columns below `columns`.
-__device__ void ApplyTransform(const float* inverse, const float* x, float* out,
-                               int32_t out_stride, int32_t columns) {
-  const int c = threadIdx.x % kIntraSlab;
-  const int row = threadIdx.x / kIntraSlab;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int s = 0; s < kChunk; ++s) {
-    const float xs = x[s * kIntraStride + c];
+// The delta rule's UT transform, X = (I + A)^-1 diag(beta) [K ⊙ exp(b) | V], by forward
+// substitution X_t = rhs_t - sum_{s<t} A[t, s] X_s: the K + V right-hand columns are
+// independent, so each thread solves whole columns in registers, reading A (row stride
+// kSquareStride, zero past the chunk) as broadcasts. The key columns are W, the value
+// columns U.
+template <Decay kDecay>
+__device__ void SolveTransform(const ChunkwiseArgs& args, const ChunkSpan& span,
+                               int32_t value_head, const float* k, int64_t qk_row,
+                               const float* v, int64_t v_row, const float* a,
+                               const float* decay, const float* beta, float* w, float* u) {
+  const int32_t key_dim = args.key_dim;
+  const int32_t value_dim = args.value_dim;
+  for (int32_t column = threadIdx.x; column < key_dim + value_dim; column += kIntraThreads) {
+    const bool is_key = column < key_dim;
+    const float* source = is_key ? k + column : v + (column - key_dim);
+    const int64_t stride = is_key ? qk_row : v_row;
+    float x[kChunk];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      acc[i] = fmaf(inverse[(row + 16 * i) * kSquareStride + s], xs, acc[i]);
-    }
-  }
-  if (c < columns) {
+    for (int t = 0; t < kChunk; ++t) x[t] = t < span.length ? __ldg(source + t * stride) : 0.0f;
+    if (is_key && kDecay == Decay::kPerChannel) {
+      float b = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) out[static_cast<int64_t>(row + 16 * i) * out_stride + c] = acc[i];
+      for (int t0 = 0; t0 < kChunk; t0 += kSubChunk) {
+        float g[kSubChunk];
+#pragma unroll
+        for (int t = 0; t < kSubChunk; ++t) {
+          g[t] = FetchLogDecay(args, span, value_head, 0, t0 + t, column);
+        }
+#pragma unroll
+        for (int t = 0; t < kSubChunk; ++t) {
+          b += g[t];
+          x[t0 + t] *= expf(b);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) {
+      x[t] *= beta[t];
+      if (kDecay == Decay::kScalar && is_key) x[t] *= expf(decay[t]);
+    }
+#pragma unroll
+    for (int t = 1; t < kChunk; ++t) {
+      const float4* row = reinterpret_cast<const float4*>(a + t * kSquareStride);
+      float sum = x[t];
+#pragma unroll
+      for (int s4 = 0; s4 < (t + 3) / 4; ++s4) {
+        const float4 a4 = row[s4];  // entries s >= t are zero
+        sum = fmaf(-a4.x, x[4 * s4], sum);
+        if (4 * s4 + 1 < t) sum = fmaf(-a4.y, x[4 * s4 + 1], sum);
+        if (4 * s4 + 2 < t) sum = fmaf(-a4.z, x[4 * s4 + 2], sum);
+        if (4 * s4 + 3 < t) sum = fmaf(-a4.w, x[4 * s4 + 3], sum);
+      }
+      x[t] = sum;
+    }
+    float* out = is_key ? w + column : u + (column - key_dim);
+    const int32_t out_stride = is_key ? key_dim : value_dim;
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) out[t * out_stride] = x[t];
   }
 }
 
@@ -277,7 +324,7 @@ template <Decay kDecay, bool kDelta, bool kNormalize>
 __global__ void __launch_bounds__(kIntraThreads)
 IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
                  float* scratch) {
-  __shared__ float region[kIntraRegionFloats];
+  __shared__ __align__(16) float region[kIntraRegionFloats];
   __shared__ float decay[kChunk];  // b_t, scalar decay
   __shared__ float beta[kChunk];
   __shared__ float totals[kIntraThreads];
@@ -308,13 +355,15 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   float p[4][4] = {};
   float a[4][4] = {};
   for (int32_t k0 = 0; k0 < key_dim; k0 += kIntraSlab) {
-    for (int e = threadIdx.x; e < kChunk * kIntraSlab; e += kIntraThreads) {
-      const int t = e / kIntraSlab;
-      const int c = e % kIntraSlab;
-      const bool inside = t < span.length && k0 + c < key_dim;
-      q_raw[t * kIntraStride + c] = inside ? q[t * qk_row + k0 + c] : 0.0f;
-      k_raw[t * kIntraStride + c] = inside ? k[t * qk_row + k0 + c] : 0.0f;
-    }
+    ForEachInTile<2 * kIntraSlab, kIntraThreads>(
+        [&](int t, int c) {
+          const int column = c % kIntraSlab;
+          if (t >= span.length || k0 + column >= key_dim) return 0.0f;
+          return __ldg((c < kIntraSlab ? q : k) + t * qk_row + k0 + column);
+        },
+        [&](int t, int c, float value) {
+          (c < kIntraSlab ? q_raw : k_raw)[t * kIntraStride + c % kIntraSlab] = value;
+        });
     if (kDecay == Decay::kPerChannel) {
       LoadCumulativeDecay<kIntraSlab, kIntraThreads>(args, span, value_head, k0, b,
                                                      kIntraStride, totals);
@@ -347,7 +396,7 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   // Mask, apply the scalar decay factors and store P; keep A for the solve.
   const int ty = threadIdx.x / 16;
   const int tx = threadIdx.x % 16;
-  float* a_matrix = region + kChunk * kSquareStride;  // [C, C + 1]
+  float* a_matrix = region;  // [C, kSquareStride]
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int t = ty + 16 * i;
@@ -363,46 +412,10 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   }
   if (!kDelta) return;
   __syncthreads();
-  float* inverse = region;  // [C, C + 1]
-  InvertUnitLower(a_matrix, inverse);
-  __syncthreads();
-
-  // W = T diag(beta) (K ⊙ exp(b)), then U = T diag(beta) V, a slab of columns at a time.
-  float* x = region + kChunk * kSquareStride;       // [C, S]
-  float* bx = x + kIntraSlabFloats;                  // [C, S] b_t, per-channel decay
-  for (int32_t k0 = 0; k0 < key_dim; k0 += kIntraSlab) {
-    if (kDecay == Decay::kPerChannel) {
-      LoadCumulativeDecay<kIntraSlab, kIntraThreads>(args, span, value_head, k0, bx,
-                                                     kIntraStride, totals);
-    }
-    for (int e = threadIdx.x; e < kChunk * kIntraSlab; e += kIntraThreads) {
-      const int t = e / kIntraSlab;
-      const int c = e % kIntraSlab;
-      float value = 0.0f;
-      if (t < span.length && k0 + c < key_dim) {
-        value = beta[t] * k[t * qk_row + k0 + c];
-        if (kDecay == Decay::kScalar) value *= expf(decay[t]);
-        if (kDecay == Decay::kPerChannel) value *= expf(bx[t * kIntraStride + c]);
-      }
-      x[t * kIntraStride + c] = value;
-    }
-    __syncthreads();
-    ApplyTransform(inverse, x, slot + layout.keys + k0, key_dim, key_dim - k0);
-    __syncthreads();
-  }
   const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
   const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
-  for (int32_t v0 = 0; v0 < value_dim; v0 += kIntraSlab) {
-    for (int e = threadIdx.x; e < kChunk * kIntraSlab; e += kIntraThreads) {
-      const int t = e / kIntraSlab;
-      const int c = e % kIntraSlab;
-      const bool inside = t < span.length && v0 + c < value_dim;
-      x[t * kIntraStride + c] = inside ? beta[t] * v[t * v_row + v0 + c] : 0.0f;
-    }
-    __syncthreads();
-    ApplyTransform(inverse, x, slot + layout.values + v0, value_dim, value_dim - v0);
-    __syncthreads();
-  }
+  SolveTransform<kDecay>(args, span, value_head, k, qk_row, v, v_row, a_matrix, decay, beta,
+                         slot + layout.keys, slot + layout.values);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -443,12 +456,15 @@ __global__ void NormalizerPrefixKernel(const ChunkwiseArgs args, const SlotLayou
 constexpr int kSlabFloats = kChunk * kSlabStride;
 constexpr int kStateSlabFloats = kInterSlab * kTileStride;
 constexpr int kTileFloats = kChunk * kTileStride;
+constexpr int kSlabPerThread = kChunk * kInterSlab / kInterThreads;
+constexpr int kStatePerThread = kInterSlab * kValueTile / kInterThreads;
+constexpr int kScoresPerThread = kChunk * kChunk / kInterThreads;
 // Reads of S0 use the first layout; the output and state update the second.
 constexpr int kInterRegionFloats =
     std::max(2 * kSlabFloats + kStateSlabFloats, kTileFloats + kSlabFloats);
 
 template <Decay kDecay, bool kDelta, bool kNormalize>
-__global__ void __launch_bounds__(kInterThreads)
+__global__ void __launch_bounds__(kInterThreads, kInterBlocksPerSm)
 InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
                  float* scratch) {
   __shared__ __align__(16) float region[kInterRegionFloats];
@@ -499,33 +515,53 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, q_hat,
                                                        kSlabStride, totals);
       }
-      for (int e = threadIdx.x; e < kChunk * kInterSlab; e += kInterThreads) {
-        const int t = e / kInterSlab;
-        const int c = e % kInterSlab;
-        float value = 0.0f;
-        if (t < length && k0 + c < key_dim) {
-          value = q[t * qk_row + k0 + c];
-          if (kDecay == Decay::kScalar) value *= expf(decay[t]);
-          if (kDecay == Decay::kPerChannel) value *= expf(q_hat[t * kSlabStride + c]);
-        }
-        q_hat[t * kSlabStride + c] = value;
-        if (kDelta) {
-          w[t * kSlabStride + c] = k0 + c < key_dim ? slot[layout.keys + t * key_dim + k0 + c] : 0.0f;
-        }
-      }
-      for (int e = threadIdx.x; e < kInterSlab * kValueTile; e += kInterThreads) {
-        const int r = e / kValueTile;
-        const int c = e % kValueTile;
-        const bool inside = k0 + r < key_dim && v0 + c < value_dim;
-        s_slab[r * kTileStride + c] =
-            inside ? state[static_cast<int64_t>(k0 + r) * value_dim + v0 + c] : 0.0f;
-      }
       if (kNormalize && threadIdx.x < kInterSlab) {
         z0[threadIdx.x] =
             k0 + threadIdx.x < key_dim ? slot[layout.normalizer + k0 + threadIdx.x] : 0.0f;
       }
+      // Half a slab at a time: its global reads first, then the shared-memory writes.
+#pragma unroll 1
+      for (int half = 0; half < 2; ++half) {
+        constexpr int kCount = kSlabPerThread / 2;
+        float q_values[kCount], w_values[kCount], s_values[kStatePerThread / 2];
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) {
+          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+          const int t = e / kInterSlab;
+          const int c = e % kInterSlab;
+          const bool column = k0 + c < key_dim;
+          q_values[i] = t < length && column ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
+          if (kDelta) {
+            w_values[i] = column ? __ldg(slot + layout.keys + t * key_dim + k0 + c) : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kStatePerThread / 2; ++i) {
+          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
+          const int r = e / kValueTile;
+          const int c = e % kValueTile;
+          const bool inside = k0 + r < key_dim && v0 + c < value_dim;
+          s_values[i] = inside ? state[static_cast<int64_t>(k0 + r) * value_dim + v0 + c] : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) {
+          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+          const int t = e / kInterSlab;
+          const int c = e % kInterSlab;
+          float value = q_values[i];
+          if (kDecay == Decay::kScalar) value *= expf(decay[t]);
+          if (kDecay == Decay::kPerChannel) value *= expf(q_hat[t * kSlabStride + c]);
+          q_hat[t * kSlabStride + c] = value;
+          if (kDelta) w[t * kSlabStride + c] = w_values[i];
+        }
+#pragma unroll
+        for (int i = 0; i < kStatePerThread / 2; ++i) {
+          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
+          s_slab[(e / kValueTile) * kTileStride + e % kValueTile] = s_values[i];
+        }
+      }
       __syncthreads();
-#pragma unroll 2
+#pragma unroll 1
       for (int c = 0; c < kInterSlab; c += 4) {
         float4 qv[4], wv[4], sv[4];
 #pragma unroll
@@ -554,6 +590,11 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
     }
 
     // U' (V for additive writes, U - W S0 for the delta rule), then O += P U'.
+    float p_values[kScoresPerThread];
+#pragma unroll
+    for (int i = 0; i < kScoresPerThread; ++i) {
+      p_values[i] = __ldg(slot + layout.scores + threadIdx.x + i * kInterThreads);
+    }
     const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -570,8 +611,10 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
       }
       *reinterpret_cast<float4*>(&u[t * kTileStride + 4 * tx]) = make_float4(row[0], row[1], row[2], row[3]);
     }
-    for (int e = threadIdx.x; e < kChunk * kChunk; e += kInterThreads) {
-      p[(e / kChunk) * kSlabStride + e % kChunk] = slot[layout.scores + e];
+#pragma unroll
+    for (int i = 0; i < kScoresPerThread; ++i) {
+      const int e = threadIdx.x + i * kInterThreads;
+      p[(e / kChunk) * kSlabStride + e % kChunk] = p_values[i];
     }
     __syncthreads();
     float row_sum[4] = {};
@@ -614,18 +657,37 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
       if (kDecay == Decay::kPerChannel) {
         LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, k_end,
                                                        kSlabStride, totals);
-        if (threadIdx.x < kInterSlab) decay_end[threadIdx.x] = k_end[(length - 1) * kSlabStride + threadIdx.x];
+        if (threadIdx.x < kInterSlab) {
+          decay_end[threadIdx.x] = k_end[(length - 1) * kSlabStride + threadIdx.x];
+        }
         __syncthreads();
       }
-      for (int e = threadIdx.x; e < kChunk * kInterSlab; e += kInterThreads) {
+      float k_values[kSlabPerThread], s_old[4][4];
+#pragma unroll
+      for (int i = 0; i < kSlabPerThread; ++i) {
+        const int e = threadIdx.x + i * kInterThreads;
         const int t = e / kInterSlab;
         const int c = e % kInterSlab;
-        float value = 0.0f;
-        if (t < length && k0 + c < key_dim) {
-          value = k[t * qk_row + k0 + c];
-          if (kDecay == Decay::kScalar) value *= expf(decay[length - 1] - decay[t]);
-          if (kDecay == Decay::kPerChannel) value *= expf(decay_end[c] - k_end[t * kSlabStride + c]);
+        k_values[i] = t < length && k0 + c < key_dim ? __ldg(k + t * qk_row + k0 + c) : 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int32_t key = k0 + row0 + i;
+          const int32_t col = v0 + 4 * tx + j;
+          s_old[i][j] = key < key_dim && col < value_dim
+                            ? state[static_cast<int64_t>(key) * value_dim + col] : 0.0f;
         }
+      }
+#pragma unroll
+      for (int i = 0; i < kSlabPerThread; ++i) {
+        const int e = threadIdx.x + i * kInterThreads;
+        const int t = e / kInterSlab;
+        const int c = e % kInterSlab;
+        float value = k_values[i];
+        if (kDecay == Decay::kScalar) value *= expf(decay[length - 1] - decay[t]);
+        if (kDecay == Decay::kPerChannel) value *= expf(decay_end[c] - k_end[t * kSlabStride + c]);
         k_end[t * kSlabStride + c] = value;
       }
       __syncthreads();
@@ -652,7 +714,7 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int32_t col = v0 + 4 * tx + j;
-          if (col < value_dim) state_row[col] = fmaf(factor, state_row[col], acc[i][j]);
+          if (col < value_dim) state_row[col] = fmaf(factor, s_old[i][j], acc[i][j]);
         }
       }
       __syncthreads();
