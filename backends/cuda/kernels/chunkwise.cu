@@ -23,6 +23,9 @@
 // Scratch holds the per-chunk results of launch 1 for a bounded window of chunks; longer calls
 // run as several rounds (a window of chunks for a group of sequences each), the state carrying
 // between them in place. Rounds are plain stream-ordered launches: no host synchronisation.
+//
+// Exponentials use __expf (ex2.approx): about 1e-6 relative error over the arguments here
+// (all <= 0 and of moderate size where they matter), far inside the chunkwise bound of 1e-4.
 
 #include "backends/cuda/kernels/chunkwise.cuh"
 
@@ -40,6 +43,7 @@ constexpr int kSubChunks = kChunk / kSubChunk;
 constexpr int kIntraThreads = 256;
 constexpr int kIntraSlab = 16;                 // key channels per pass
 constexpr int kIntraStride = kIntraSlab + 1;   // padded row: conflict-free column reads
+constexpr int kIntraBlocksPerSm = 2;           // register budget: 128 per thread
 constexpr int kSquareStride = kChunk + 4;      // padded row of A, 16-byte aligned
 
 // Launch 3: 128 threads over a C x kValueTile output tile, 4 x 4 each.
@@ -162,17 +166,22 @@ __device__ void LoadTokenScalars(const ChunkwiseArgs& args, const ChunkSpan& spa
 template <int kColumns, int kThreads, typename Fetch, typename Store>
 __device__ __forceinline__ void ForEachInTile(Fetch fetch, Store store) {
   constexpr int kPerThread = kChunk * kColumns / kThreads;
-  static_assert(kPerThread * kThreads == kChunk * kColumns, "tile layout");
-  float values[kPerThread];
+  constexpr int kBatch = kPerThread < 16 ? kPerThread : 16;  // reads in flight per thread
+  static_assert(kPerThread * kThreads == kChunk * kColumns && kPerThread % kBatch == 0,
+                "tile layout");
+#pragma unroll 1
+  for (int first = 0; first < kPerThread; first += kBatch) {
+    float values[kBatch];
 #pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int e = threadIdx.x + i * kThreads;
-    values[i] = fetch(e / kColumns, e % kColumns);
-  }
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = threadIdx.x + (first + i) * kThreads;
+      values[i] = fetch(e / kColumns, e % kColumns);
+    }
 #pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int e = threadIdx.x + i * kThreads;
-    store(e / kColumns, e % kColumns, values[i]);
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = threadIdx.x + (first + i) * kThreads;
+      store(e / kColumns, e % kColumns, values[i]);
+    }
   }
 }
 
@@ -214,7 +223,7 @@ __device__ void AccumulateScores(const float* q_raw, const float* k_raw, const f
                                  const float* k_minus, float (&p)[4][4], float (&a)[4][4]) {
   const int ty = threadIdx.x / 16;
   const int tx = threadIdx.x % 16;
-#pragma unroll 4
+#pragma unroll 2
   for (int c = 0; c < kIntraSlab; ++c) {
     float qt[4], kt[4], ks[4];
 #pragma unroll
@@ -245,7 +254,7 @@ __device__ void AccumulateScores(const float* q_raw, const float* k_raw, const f
       for (int i = 0; i < 4; ++i) {
         // exp(b_t - b_s) for the pair inside sub-chunk i; s > t is masked later, and the
         // clamp keeps that unused factor finite.
-        const float e = expf(fminf(bt[i] - bs[i], 0.0f));
+        const float e = __expf(fminf(bt[i] - bs[i], 0.0f));
         p[i][i] = fmaf(qt[i] * ks[i], e, p[i][i]);
         if (kDelta) a[i][i] = fmaf(kt[i] * ks[i], e, a[i][i]);
 #pragma unroll
@@ -290,14 +299,14 @@ __device__ void SolveTransform(const ChunkwiseArgs& args, const ChunkSpan& span,
 #pragma unroll
         for (int t = 0; t < kSubChunk; ++t) {
           b += g[t];
-          x[t0 + t] *= expf(b);
+          x[t0 + t] *= __expf(b);
         }
       }
     }
 #pragma unroll
     for (int t = 0; t < kChunk; ++t) {
       x[t] *= beta[t];
-      if (kDecay == Decay::kScalar && is_key) x[t] *= expf(decay[t]);
+      if (kDecay == Decay::kScalar && is_key) x[t] *= __expf(decay[t]);
     }
 #pragma unroll
     for (int t = 1; t < kChunk; ++t) {
@@ -320,8 +329,10 @@ __device__ void SolveTransform(const ChunkwiseArgs& args, const ChunkSpan& span,
   }
 }
 
+// kda's kernel needs more than 128 registers per thread: one block per multiprocessor.
 template <Decay kDecay, bool kDelta, bool kNormalize>
-__global__ void __launch_bounds__(kIntraThreads)
+__global__ void __launch_bounds__(kIntraThreads,
+                                  kDecay == Decay::kPerChannel && kDelta ? 1 : kIntraBlocksPerSm)
 IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
                  float* scratch) {
   __shared__ __align__(16) float region[kIntraRegionFloats];
@@ -374,12 +385,12 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         const int sub = t / kSubChunk;
         const float bt = b[t * kIntraStride + c];
         const float r = sub == 0 ? 0.0f : b[(sub * kSubChunk - 1) * kIntraStride + c];
-        const float up = expf(bt - r);
+        const float up = __expf(bt - r);
         q_scaled[t * kIntraStride + c] = q_raw[t * kIntraStride + c] * up;
         if (kDelta) k_scaled[t * kIntraStride + c] = k_raw[t * kIntraStride + c] * up;
         for (int i = sub + 1; i < kSubChunks; ++i) {
           const float ri = b[(i * kSubChunk - 1) * kIntraStride + c];
-          k_minus[((i - 1) * kChunk + t) * kIntraStride + c] = k_raw[t * kIntraStride + c] * expf(ri - bt);
+          k_minus[((i - 1) * kChunk + t) * kIntraStride + c] = k_raw[t * kIntraStride + c] * __expf(ri - bt);
         }
       }
     }
@@ -405,7 +416,7 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
       const int s = tx + 16 * j;
       const bool keep = s <= t && t < span.length;
       float factor = keep ? 1.0f : 0.0f;
-      if (kDecay == Decay::kScalar && keep) factor = expf(decay[t] - decay[s]);
+      if (kDecay == Decay::kScalar && keep) factor = __expf(decay[t] - decay[s]);
       slot[layout.scores + t * kChunk + s] = p[i][j] * factor;
       if (kDelta) a_matrix[t * kSquareStride + s] = s < t ? beta[t] * a[i][j] * factor : 0.0f;
     }
@@ -469,6 +480,8 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
                  float* scratch) {
   __shared__ __align__(16) float region[kInterRegionFloats];
   __shared__ float decay[kChunk];      // b_t, scalar decay
+  __shared__ float decay_up[kChunk];   // exp(b_t), scalar decay
+  __shared__ float decay_down[kChunk];  // exp(b_C - b_t), scalar decay
   __shared__ float decay_end[kInterSlab];  // b_C per channel of the slab
   __shared__ float z0[kInterSlab];
   __shared__ float totals[kInterThreads];
@@ -505,6 +518,14 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
     const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
     const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
     LoadTokenScalars<kDecay, false>(args, span, value_head, decay, nullptr, totals);
+    if (kDecay == Decay::kScalar) {
+      if (threadIdx.x < kChunk) {
+        const int t = threadIdx.x;
+        decay_up[t] = __expf(decay[t]);
+        decay_down[t] = t < length ? __expf(decay[length - 1] - decay[t]) : 0.0f;
+      }
+      __syncthreads();
+    }
 
     // O = (Q ⊙ exp(b)) S0 and, for the delta rule, X = W S0.
     float out[4][4] = {};
@@ -549,8 +570,8 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
           const int t = e / kInterSlab;
           const int c = e % kInterSlab;
           float value = q_values[i];
-          if (kDecay == Decay::kScalar) value *= expf(decay[t]);
-          if (kDecay == Decay::kPerChannel) value *= expf(q_hat[t * kSlabStride + c]);
+          if (kDecay == Decay::kScalar) value *= decay_up[t];
+          if (kDecay == Decay::kPerChannel) value *= __expf(q_hat[t * kSlabStride + c]);
           q_hat[t * kSlabStride + c] = value;
           if (kDelta) w[t * kSlabStride + c] = w_values[i];
         }
@@ -686,8 +707,8 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         const int t = e / kInterSlab;
         const int c = e % kInterSlab;
         float value = k_values[i];
-        if (kDecay == Decay::kScalar) value *= expf(decay[length - 1] - decay[t]);
-        if (kDecay == Decay::kPerChannel) value *= expf(decay_end[c] - k_end[t * kSlabStride + c]);
+        if (kDecay == Decay::kScalar) value *= decay_down[t];
+        if (kDecay == Decay::kPerChannel) value *= __expf(decay_end[c] - k_end[t * kSlabStride + c]);
         k_end[t * kSlabStride + c] = value;
       }
       __syncthreads();
@@ -708,8 +729,8 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         const int32_t key = k0 + row0 + i;
         if (key >= key_dim) continue;
         float factor = 1.0f;
-        if (kDecay == Decay::kScalar) factor = expf(decay[length - 1]);
-        if (kDecay == Decay::kPerChannel) factor = expf(decay_end[row0 + i]);
+        if (kDecay == Decay::kScalar) factor = decay_up[length - 1];
+        if (kDecay == Decay::kPerChannel) factor = __expf(decay_end[row0 + i]);
         float* state_row = state + static_cast<int64_t>(key) * value_dim;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -783,6 +804,13 @@ template <Decay kDecay, bool kDelta, bool kNormalize>
 cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scratch,
                          cudaStream_t stream) {
   const SlotLayout& layout = plan.layout;
+  // Both kernels are limited by shared memory per multiprocessor: ask for all of it.
+  for (const void* kernel : {reinterpret_cast<const void*>(IntraChunkKernel<kDecay, kDelta, kNormalize>),
+                             reinterpret_cast<const void*>(InterChunkKernel<kDecay, kDelta, kNormalize>)}) {
+    const cudaError_t status = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (status != cudaSuccess) return status;
+  }
   const int32_t value_tiles = (args.value_dim + kValueTile - 1) / kValueTile;
   for (int32_t first_sequence = 0; first_sequence < args.num_sequences;
        first_sequence += plan.sequences_per_round) {
