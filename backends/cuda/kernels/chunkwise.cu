@@ -3,9 +3,9 @@
 //
 //   1. IntraChunkKernel, one block per (sequence, chunk, value head), all chunks at once:
 //      the masked C x C score matrix P[t, s] = sum_i q_t k_s exp(b_t - b_s) (s <= t) and, for
-//      the delta rule, the UT transform T = (I + A)^-1 with
-//      A[t, s] = beta_t sum_i k_t k_s exp(b_t - b_s) (s < t), applied once to give
-//      W = T diag(beta) (K ⊙ exp(b)) and U = T diag(beta) V, as flash-linear-attention does.
+//      the delta rule, the UT transform of flash-linear-attention:
+//      W = (I + A)^-1 diag(beta) (K ⊙ exp(b)) and U = (I + A)^-1 diag(beta) V with
+//      A[t, s] = beta_t sum_i k_t k_s exp(b_t - b_s) (s < t), by forward substitution.
 //      For the normalizer it sums each chunk's keys.
 //   2. NormalizerPrefixKernel (normalizer only): the normalizer each chunk starts from.
 //   3. InterChunkKernel, one block per (sequence, value head, tile of value columns), walking
