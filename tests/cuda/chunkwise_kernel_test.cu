@@ -3,7 +3,11 @@
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I. tests/cuda/chunkwise_kernel_test.cu \
 //        backends/cuda/kernels/chunkwise.cu -o chunkwise_kernel_test
-//   ./chunkwise_kernel_test [--quick] [--no-bench] [--seed N]
+//   ./chunkwise_kernel_test [--quick] [--no-bench] [--bench-only] [--no-bench-check]
+//                           [--family NAME] [--seed N]
+//
+// --quick leaves out the large checks (200 sequences, T = 65536); --family benchmarks one
+// family; --no-bench-check times without checking the benchmark shape first.
 //
 // Checks (fresh random inputs per run, the seed printed): every family at odd sizes with
 // grouped value heads and varlen batches holding empty sequences, prefills split inside a
@@ -436,6 +440,44 @@ void Check(const Problem& p, std::mt19937_64& rng, cudaStream_t stream) {
   std::fflush(stdout);
 }
 
+// The same kind of call captured in a CUDA graph and replayed: the launch neither
+// allocates nor synchronises, and the replay computes what a direct call does.
+void CheckGraphReplay(const Problem& p, std::mt19937_64& rng, cudaStream_t stream) {
+  const Inputs in = MakeInputs(p, rng);
+  DeviceProblem d(p, in);
+  const ChunkwiseArgs a = d.Args(p, in);
+  d.EnsureScratch(lumen::cuda::ChunkwiseScratchBytes(a));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph = nullptr;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const cudaError_t launch = lumen::cuda::LaunchChunkwise(a, d.scratch, stream);
+  const cudaError_t capture = cudaStreamEndCapture(stream, &graph);
+  bool pass = launch == cudaSuccess && capture == cudaSuccess;
+  Error eo, es;
+  if (pass) {
+    cudaGraphExec_t exec = nullptr;
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    const Results want = Reference(p, in);
+    eo = Compare(FromDevice(d.o, want.o.size()), want.o);
+    es = Compare(StatesInOrder(d.states, p.lengths.size(),
+                               int64_t{p.value_heads} * p.key_dim * p.value_dim),
+                 want.states);
+    pass = eo.Pass() && es.Pass();
+  }
+  if (graph) CHECK_CUDA(cudaGraphDestroy(graph));
+  cudaGetLastError();  // a refused capture leaves its error behind
+  ++g_checks;
+  if (!pass) ++g_failures;
+  std::printf("%s graph replay: %s | launch %s, capture %s | o rms %.1e nan %lld | S rms %.1e\n",
+              pass ? "PASS" : "FAIL", Describe(p).c_str(), cudaGetErrorString(launch),
+              cudaGetErrorString(capture), eo.relative_rms,
+              static_cast<long long>(eo.non_finite), es.relative_rms);
+  std::fflush(stdout);
+}
+
 // FLOPs of the chunkwise algorithm (2 per multiply-add, triangular products counted half).
 double ChunkwiseFlops(const Family& f, int64_t tokens, int64_t hv, int64_t kd, int64_t vd) {
   const double c = 64.0;
@@ -580,6 +622,8 @@ void RunChecks(bool quick, std::mt19937_64& rng, cudaStream_t stream) {
   }
   // No tokens at all: nothing runs, nothing changes.
   Check({FamilyNamed("kda"), 1, 1, 8, 8, {0, 0}}, rng, stream);
+  // Captured in a CUDA graph and replayed.
+  CheckGraphReplay({FamilyNamed("gated_delta_net"), 4, 8, 128, 128, {0, 3000, 70}}, rng, stream);
   if (!quick) {
     // Many sequences: the scratch window takes several rounds of sequence groups.
     std::vector<int> many(200);

@@ -160,9 +160,9 @@ __device__ void LoadTokenScalars(const ChunkwiseArgs& args, const ChunkSpan& spa
   __syncthreads();
 }
 
-// Runs over a kChunk x kColumns tile, each thread's share in two unrolled passes: every
-// global read first (fetch(t, c) returns the value), then every shared-memory write
-// (store(t, c, value)), so that the reads' latencies overlap instead of adding up.
+// Runs over a kChunk x kColumns tile, each thread's share in batches of up to 16 elements:
+// the batch's global reads first (fetch(t, c) returns the value), then its shared-memory
+// writes (store(t, c, value)), so that the reads' latencies overlap instead of adding up.
 template <int kColumns, int kThreads, typename Fetch, typename Store>
 __device__ __forceinline__ void ForEachInTile(Fetch fetch, Store store) {
   constexpr int kPerThread = kChunk * kColumns / kThreads;
