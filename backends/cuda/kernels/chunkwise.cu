@@ -3,9 +3,9 @@
 //
 //   1. IntraChunkKernel, one block per (sequence, chunk, value head), all chunks at once:
 //      the masked C x C score matrix P[t, s] = sum_i q_t k_s exp(b_t - b_s) (s <= t) and, for
-//      the delta rule, the UT transform T = (I + A)^-1 with
-//      A[t, s] = beta_t sum_i k_t k_s exp(b_t - b_s) (s < t), applied once to give
-//      W = T diag(beta) (K ⊙ exp(b)) and U = T diag(beta) V, as flash-linear-attention does.
+//      the delta rule, the UT transform of flash-linear-attention:
+//      W = (I + A)^-1 diag(beta) (K ⊙ exp(b)) and U = (I + A)^-1 diag(beta) V with
+//      A[t, s] = beta_t sum_i k_t k_s exp(b_t - b_s) (s < t), by forward substitution.
 //      For the normalizer it sums each chunk's keys.
 //   2. NormalizerPrefixKernel (normalizer only): the normalizer each chunk starts from.
 //   3. InterChunkKernel, one block per (sequence, value head, tile of value columns), walking
@@ -23,6 +23,9 @@
 // Scratch holds the per-chunk results of launch 1 for a bounded window of chunks; longer calls
 // run as several rounds (a window of chunks for a group of sequences each), the state carrying
 // between them in place. Rounds are plain stream-ordered launches: no host synchronisation.
+//
+// Exponentials use __expf (ex2.approx): about 1e-6 relative error over the arguments here
+// (all <= 0 and of moderate size where they matter), far inside the chunkwise bound of 1e-4.
 
 #include "backends/cuda/kernels/chunkwise.cuh"
 
@@ -40,12 +43,14 @@ constexpr int kSubChunks = kChunk / kSubChunk;
 constexpr int kIntraThreads = 256;
 constexpr int kIntraSlab = 16;                 // key channels per pass
 constexpr int kIntraStride = kIntraSlab + 1;   // padded row: conflict-free column reads
-constexpr int kSquareStride = kChunk + 1;      // padded row of a C x C matrix
+constexpr int kIntraBlocksPerSm = 2;           // register budget: 128 per thread
+constexpr int kSquareStride = kChunk + 4;      // padded row of A, 16-byte aligned
 
 // Launch 3: 128 threads over a C x kValueTile output tile, 4 x 4 each.
 constexpr int kInterThreads = 128;
 constexpr int kInterSlab = 64;                 // key channels per pass
 constexpr int kValueTile = 32;                 // value columns per block
+constexpr int kInterBlocksPerSm = 3;           // caps registers at 168
 constexpr int kSlabStride = kInterSlab + 4;    // rows stay 16-byte aligned for float4 reads
 constexpr int kTileStride = kValueTile + 4;
 
@@ -108,8 +113,9 @@ __device__ float* SlotOf(const SlotLayout& layout, float* scratch, int32_t num_v
 }
 
 // In-place inclusive prefix sums down the kChunk rows of each of kColumns columns of `a`
-// (row stride `stride`), by all kThreads threads: each sums a segment of rows, then adds the
-// totals of the segments above it. `totals` holds kThreads floats.
+// (row stride `stride`), by all kThreads threads: each totals a segment of rows, then
+// rewrites it as running sums starting from the totals of the segments above it. `totals`
+// holds kThreads floats.
 template <int kColumns, int kThreads>
 __device__ void PrefixSumColumns(float* a, int stride, float* totals) {
   constexpr int kSegments = kThreads / kColumns;
@@ -117,19 +123,19 @@ __device__ void PrefixSumColumns(float* a, int stride, float* totals) {
   static_assert(kSegments * kColumns == kThreads && kRows * kSegments == kChunk, "layout");
   const int column = threadIdx.x % kColumns;
   const int segment = threadIdx.x / kColumns;
-  float sums[kRows];
-  float running = 0.0f;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    running += a[(segment * kRows + r) * stride + column];
-    sums[r] = running;
-  }
-  totals[segment * kColumns + column] = running;
+  float* first = a + segment * kRows * stride + column;
+  float total = 0.0f;
+#pragma unroll 8
+  for (int r = 0; r < kRows; ++r) total += first[r * stride];
+  totals[segment * kColumns + column] = total;
   __syncthreads();
-  float offset = 0.0f;
-  for (int s = 0; s < segment; ++s) offset += totals[s * kColumns + column];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) a[(segment * kRows + r) * stride + column] = sums[r] + offset;
+  float running = 0.0f;
+  for (int s = 0; s < segment; ++s) running += totals[s * kColumns + column];
+#pragma unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    running += first[r * stride];
+    first[r * stride] = running;
+  }
   __syncthreads();
 }
 
@@ -154,23 +160,49 @@ __device__ void LoadTokenScalars(const ChunkwiseArgs& args, const ChunkSpan& spa
   __syncthreads();
 }
 
-// Loads the per-channel log-decays of channels [k0, k0 + kColumns) into `b` ([C, stride],
-// zero past the chunk and past K) and turns them into b_t, the cumulative sums.
+// Runs over a kChunk x kColumns tile, each thread's share in batches of up to 16 elements:
+// the batch's global reads first (fetch(t, c) returns the value), then its shared-memory
+// writes (store(t, c, value)), so that the reads' latencies overlap instead of adding up.
+template <int kColumns, int kThreads, typename Fetch, typename Store>
+__device__ __forceinline__ void ForEachInTile(Fetch fetch, Store store) {
+  constexpr int kPerThread = kChunk * kColumns / kThreads;
+  constexpr int kBatch = kPerThread < 16 ? kPerThread : 16;  // reads in flight per thread
+  static_assert(kPerThread * kThreads == kChunk * kColumns && kPerThread % kBatch == 0,
+                "tile layout");
+#pragma unroll 1
+  for (int first = 0; first < kPerThread; first += kBatch) {
+    float values[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = threadIdx.x + (first + i) * kThreads;
+      values[i] = fetch(e / kColumns, e % kColumns);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = threadIdx.x + (first + i) * kThreads;
+      store(e / kColumns, e % kColumns, values[i]);
+    }
+  }
+}
+
+// The per-channel log-decay of token t (chunk-relative), channel k0 + c; zero past the chunk
+// and past K.
+__device__ __forceinline__ float FetchLogDecay(const ChunkwiseArgs& args, const ChunkSpan& span,
+                                               int32_t value_head, int32_t k0, int t, int c) {
+  if (t >= span.length || k0 + c >= args.key_dim) return 0.0f;
+  return __ldg(&args.log_decay[(static_cast<int64_t>(span.start + t) * args.num_value_heads +
+                                value_head) * args.key_dim + k0 + c]);
+}
+
+// Loads the per-channel log-decays of channels [k0, k0 + kColumns) into `b` ([C, stride])
+// and turns them into b_t, the cumulative sums.
 template <int kColumns, int kThreads>
 __device__ void LoadCumulativeDecay(const ChunkwiseArgs& args, const ChunkSpan& span,
                                     int32_t value_head, int32_t k0, float* b, int stride,
                                     float* totals) {
-  const int32_t key_dim = args.key_dim;
-  for (int e = threadIdx.x; e < kChunk * kColumns; e += kThreads) {
-    const int t = e / kColumns;
-    const int i = e % kColumns;
-    float g = 0.0f;
-    if (t < span.length && k0 + i < key_dim) {
-      g = args.log_decay[(static_cast<int64_t>(span.start + t) * args.num_value_heads +
-                          value_head) * key_dim + k0 + i];
-    }
-    b[t * stride + i] = g;
-  }
+  ForEachInTile<kColumns, kThreads>(
+      [&](int t, int c) { return FetchLogDecay(args, span, value_head, k0, t, c); },
+      [&](int t, int c, float g) { b[t * stride + c] = g; });
   __syncthreads();
   PrefixSumColumns<kColumns, kThreads>(b, stride, totals);
 }
@@ -178,12 +210,9 @@ __device__ void LoadCumulativeDecay(const ChunkwiseArgs& args, const ChunkSpan& 
 // ---------------------------------------------------------------------------------------
 // Launch 1: P, and for the delta rule W and U, of every chunk of the round.
 
-// Shared memory of launch 1, in floats. The per-slab arrays of the score pass, the A and T
-// matrices of the solve, and the operands of the transform pass reuse one region.
+// Shared memory of launch 1, in floats: the per-slab arrays of the score pass, then A.
 constexpr int kIntraSlabFloats = kChunk * kIntraStride;
-constexpr int kIntraRegionFloats =
-    std::max(8 * kIntraSlabFloats, 2 * kChunk * kSquareStride);
-static_assert(kChunk * kSquareStride + 2 * kIntraSlabFloats <= kIntraRegionFloats, "region");
+constexpr int kIntraRegionFloats = std::max(8 * kIntraSlabFloats, kChunk * kSquareStride);
 
 // Accumulates the raw (t, s) sums of P and, for the delta rule, of A over one slab of key
 // channels. Thread (ty, tx) owns rows t = ty + 16 i and columns s = tx + 16 j, so pair (i, j)
@@ -194,7 +223,7 @@ __device__ void AccumulateScores(const float* q_raw, const float* k_raw, const f
                                  const float* k_minus, float (&p)[4][4], float (&a)[4][4]) {
   const int ty = threadIdx.x / 16;
   const int tx = threadIdx.x % 16;
-#pragma unroll 4
+#pragma unroll 2
   for (int c = 0; c < kIntraSlab; ++c) {
     float qt[4], kt[4], ks[4];
 #pragma unroll
@@ -225,7 +254,7 @@ __device__ void AccumulateScores(const float* q_raw, const float* k_raw, const f
       for (int i = 0; i < 4; ++i) {
         // exp(b_t - b_s) for the pair inside sub-chunk i; s > t is masked later, and the
         // clamp keeps that unused factor finite.
-        const float e = expf(fminf(bt[i] - bs[i], 0.0f));
+        const float e = __expf(fminf(bt[i] - bs[i], 0.0f));
         p[i][i] = fmaf(qt[i] * ks[i], e, p[i][i]);
         if (kDelta) a[i][i] = fmaf(kt[i] * ks[i], e, a[i][i]);
 #pragma unroll
@@ -239,45 +268,74 @@ __device__ void AccumulateScores(const float* q_raw, const float* k_raw, const f
   }
 }
 
-// T = (I + A)^-1 for the strictly lower A: thread j solves column j by forward substitution.
-// Rows and columns past the chunk are zero in A, so T is the identity there.
-__device__ void InvertUnitLower(const float* a, float* inverse) {
-  const int j = threadIdx.x;
-  if (j >= kChunk) return;
-  for (int t = 0; t < kChunk; ++t) {
-    float x = t == j ? 1.0f : 0.0f;
-    if (t > j) {
-      for (int s = j; s < t; ++s) x = fmaf(-a[t * kSquareStride + s], inverse[s * kSquareStride + j], x);
+// The delta rule's UT transform, X = (I + A)^-1 diag(beta) [K ⊙ exp(b) | V], by forward
+// substitution X_t = rhs_t - sum_{s<t} A[t, s] X_s: the K + V right-hand columns are
+// independent, so each thread solves whole columns in registers, reading A (row stride
+// kSquareStride, zero past the chunk) as broadcasts. The key columns are W, the value
+// columns U.
+template <Decay kDecay>
+__device__ void SolveTransform(const ChunkwiseArgs& args, const ChunkSpan& span,
+                               int32_t value_head, const float* k, int64_t qk_row,
+                               const float* v, int64_t v_row, const float* a,
+                               const float* decay, const float* beta, float* w, float* u) {
+  const int32_t key_dim = args.key_dim;
+  const int32_t value_dim = args.value_dim;
+  for (int32_t column = threadIdx.x; column < key_dim + value_dim; column += kIntraThreads) {
+    const bool is_key = column < key_dim;
+    const float* source = is_key ? k + column : v + (column - key_dim);
+    const int64_t stride = is_key ? qk_row : v_row;
+    float x[kChunk];
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) x[t] = t < span.length ? __ldg(source + t * stride) : 0.0f;
+    if (is_key && kDecay == Decay::kPerChannel) {
+      float b = 0.0f;
+#pragma unroll
+      for (int t0 = 0; t0 < kChunk; t0 += kSubChunk) {
+        float g[kSubChunk];
+#pragma unroll
+        for (int t = 0; t < kSubChunk; ++t) {
+          g[t] = FetchLogDecay(args, span, value_head, 0, t0 + t, column);
+        }
+#pragma unroll
+        for (int t = 0; t < kSubChunk; ++t) {
+          b += g[t];
+          x[t0 + t] *= __expf(b);
+        }
+      }
     }
-    inverse[t * kSquareStride + j] = x;
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) {
+      x[t] *= beta[t];
+      if (kDecay == Decay::kScalar && is_key) x[t] *= __expf(decay[t]);
+    }
+#pragma unroll
+    for (int t = 1; t < kChunk; ++t) {
+      const float4* row = reinterpret_cast<const float4*>(a + t * kSquareStride);
+      float sum = x[t];
+#pragma unroll
+      for (int s4 = 0; s4 < (t + 3) / 4; ++s4) {
+        const float4 a4 = row[s4];  // entries s >= t are zero
+        sum = fmaf(-a4.x, x[4 * s4], sum);
+        if (4 * s4 + 1 < t) sum = fmaf(-a4.y, x[4 * s4 + 1], sum);
+        if (4 * s4 + 2 < t) sum = fmaf(-a4.z, x[4 * s4 + 2], sum);
+        if (4 * s4 + 3 < t) sum = fmaf(-a4.w, x[4 * s4 + 3], sum);
+      }
+      x[t] = sum;
+    }
+    float* out = is_key ? w + column : u + (column - key_dim);
+    const int32_t out_stride = is_key ? key_dim : value_dim;
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) out[t * out_stride] = x[t];
   }
 }
 
-// out[t, c] = sum_{s <= t} T[t, s] x[s, c] for the kIntraSlab columns of x, written to
-// out[t * out_stride + c] for the columns below `columns`.
-__device__ void ApplyTransform(const float* inverse, const float* x, float* out,
-                               int32_t out_stride, int32_t columns) {
-  const int c = threadIdx.x % kIntraSlab;
-  const int row = threadIdx.x / kIntraSlab;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int s = 0; s < kChunk; ++s) {
-    const float xs = x[s * kIntraStride + c];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      acc[i] = fmaf(inverse[(row + 16 * i) * kSquareStride + s], xs, acc[i]);
-    }
-  }
-  if (c < columns) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) out[static_cast<int64_t>(row + 16 * i) * out_stride + c] = acc[i];
-  }
-}
-
+// kda's kernel needs more than 128 registers per thread: one block per multiprocessor.
 template <Decay kDecay, bool kDelta, bool kNormalize>
-__global__ void __launch_bounds__(kIntraThreads)
+__global__ void __launch_bounds__(kIntraThreads,
+                                  kDecay == Decay::kPerChannel && kDelta ? 1 : kIntraBlocksPerSm)
 IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
                  float* scratch) {
-  __shared__ float region[kIntraRegionFloats];
+  __shared__ __align__(16) float region[kIntraRegionFloats];
   __shared__ float decay[kChunk];  // b_t, scalar decay
   __shared__ float beta[kChunk];
   __shared__ float totals[kIntraThreads];
@@ -308,13 +366,15 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   float p[4][4] = {};
   float a[4][4] = {};
   for (int32_t k0 = 0; k0 < key_dim; k0 += kIntraSlab) {
-    for (int e = threadIdx.x; e < kChunk * kIntraSlab; e += kIntraThreads) {
-      const int t = e / kIntraSlab;
-      const int c = e % kIntraSlab;
-      const bool inside = t < span.length && k0 + c < key_dim;
-      q_raw[t * kIntraStride + c] = inside ? q[t * qk_row + k0 + c] : 0.0f;
-      k_raw[t * kIntraStride + c] = inside ? k[t * qk_row + k0 + c] : 0.0f;
-    }
+    ForEachInTile<2 * kIntraSlab, kIntraThreads>(
+        [&](int t, int c) {
+          const int column = c % kIntraSlab;
+          if (t >= span.length || k0 + column >= key_dim) return 0.0f;
+          return __ldg((c < kIntraSlab ? q : k) + t * qk_row + k0 + column);
+        },
+        [&](int t, int c, float value) {
+          (c < kIntraSlab ? q_raw : k_raw)[t * kIntraStride + c % kIntraSlab] = value;
+        });
     if (kDecay == Decay::kPerChannel) {
       LoadCumulativeDecay<kIntraSlab, kIntraThreads>(args, span, value_head, k0, b,
                                                      kIntraStride, totals);
@@ -325,12 +385,12 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         const int sub = t / kSubChunk;
         const float bt = b[t * kIntraStride + c];
         const float r = sub == 0 ? 0.0f : b[(sub * kSubChunk - 1) * kIntraStride + c];
-        const float up = expf(bt - r);
+        const float up = __expf(bt - r);
         q_scaled[t * kIntraStride + c] = q_raw[t * kIntraStride + c] * up;
         if (kDelta) k_scaled[t * kIntraStride + c] = k_raw[t * kIntraStride + c] * up;
         for (int i = sub + 1; i < kSubChunks; ++i) {
           const float ri = b[(i * kSubChunk - 1) * kIntraStride + c];
-          k_minus[((i - 1) * kChunk + t) * kIntraStride + c] = k_raw[t * kIntraStride + c] * expf(ri - bt);
+          k_minus[((i - 1) * kChunk + t) * kIntraStride + c] = k_raw[t * kIntraStride + c] * __expf(ri - bt);
         }
       }
     }
@@ -347,7 +407,7 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   // Mask, apply the scalar decay factors and store P; keep A for the solve.
   const int ty = threadIdx.x / 16;
   const int tx = threadIdx.x % 16;
-  float* a_matrix = region + kChunk * kSquareStride;  // [C, C + 1]
+  float* a_matrix = region;  // [C, kSquareStride]
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int t = ty + 16 * i;
@@ -356,53 +416,17 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
       const int s = tx + 16 * j;
       const bool keep = s <= t && t < span.length;
       float factor = keep ? 1.0f : 0.0f;
-      if (kDecay == Decay::kScalar && keep) factor = expf(decay[t] - decay[s]);
+      if (kDecay == Decay::kScalar && keep) factor = __expf(decay[t] - decay[s]);
       slot[layout.scores + t * kChunk + s] = p[i][j] * factor;
       if (kDelta) a_matrix[t * kSquareStride + s] = s < t ? beta[t] * a[i][j] * factor : 0.0f;
     }
   }
   if (!kDelta) return;
   __syncthreads();
-  float* inverse = region;  // [C, C + 1]
-  InvertUnitLower(a_matrix, inverse);
-  __syncthreads();
-
-  // W = T diag(beta) (K ⊙ exp(b)), then U = T diag(beta) V, a slab of columns at a time.
-  float* x = region + kChunk * kSquareStride;       // [C, S]
-  float* bx = x + kIntraSlabFloats;                  // [C, S] b_t, per-channel decay
-  for (int32_t k0 = 0; k0 < key_dim; k0 += kIntraSlab) {
-    if (kDecay == Decay::kPerChannel) {
-      LoadCumulativeDecay<kIntraSlab, kIntraThreads>(args, span, value_head, k0, bx,
-                                                     kIntraStride, totals);
-    }
-    for (int e = threadIdx.x; e < kChunk * kIntraSlab; e += kIntraThreads) {
-      const int t = e / kIntraSlab;
-      const int c = e % kIntraSlab;
-      float value = 0.0f;
-      if (t < span.length && k0 + c < key_dim) {
-        value = beta[t] * k[t * qk_row + k0 + c];
-        if (kDecay == Decay::kScalar) value *= expf(decay[t]);
-        if (kDecay == Decay::kPerChannel) value *= expf(bx[t * kIntraStride + c]);
-      }
-      x[t * kIntraStride + c] = value;
-    }
-    __syncthreads();
-    ApplyTransform(inverse, x, slot + layout.keys + k0, key_dim, key_dim - k0);
-    __syncthreads();
-  }
   const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
   const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
-  for (int32_t v0 = 0; v0 < value_dim; v0 += kIntraSlab) {
-    for (int e = threadIdx.x; e < kChunk * kIntraSlab; e += kIntraThreads) {
-      const int t = e / kIntraSlab;
-      const int c = e % kIntraSlab;
-      const bool inside = t < span.length && v0 + c < value_dim;
-      x[t * kIntraStride + c] = inside ? beta[t] * v[t * v_row + v0 + c] : 0.0f;
-    }
-    __syncthreads();
-    ApplyTransform(inverse, x, slot + layout.values + v0, value_dim, value_dim - v0);
-    __syncthreads();
-  }
+  SolveTransform<kDecay>(args, span, value_head, k, qk_row, v, v_row, a_matrix, decay, beta,
+                         slot + layout.keys, slot + layout.values);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -443,16 +467,21 @@ __global__ void NormalizerPrefixKernel(const ChunkwiseArgs args, const SlotLayou
 constexpr int kSlabFloats = kChunk * kSlabStride;
 constexpr int kStateSlabFloats = kInterSlab * kTileStride;
 constexpr int kTileFloats = kChunk * kTileStride;
+constexpr int kSlabPerThread = kChunk * kInterSlab / kInterThreads;
+constexpr int kStatePerThread = kInterSlab * kValueTile / kInterThreads;
+constexpr int kScoresPerThread = kChunk * kChunk / kInterThreads;
 // Reads of S0 use the first layout; the output and state update the second.
 constexpr int kInterRegionFloats =
     std::max(2 * kSlabFloats + kStateSlabFloats, kTileFloats + kSlabFloats);
 
 template <Decay kDecay, bool kDelta, bool kNormalize>
-__global__ void __launch_bounds__(kInterThreads)
+__global__ void __launch_bounds__(kInterThreads, kInterBlocksPerSm)
 InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
                  float* scratch) {
   __shared__ __align__(16) float region[kInterRegionFloats];
   __shared__ float decay[kChunk];      // b_t, scalar decay
+  __shared__ float decay_up[kChunk];   // exp(b_t), scalar decay
+  __shared__ float decay_down[kChunk];  // exp(b_C - b_t), scalar decay
   __shared__ float decay_end[kInterSlab];  // b_C per channel of the slab
   __shared__ float z0[kInterSlab];
   __shared__ float totals[kInterThreads];
@@ -489,6 +518,14 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
     const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
     const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
     LoadTokenScalars<kDecay, false>(args, span, value_head, decay, nullptr, totals);
+    if (kDecay == Decay::kScalar) {
+      if (threadIdx.x < kChunk) {
+        const int t = threadIdx.x;
+        decay_up[t] = __expf(decay[t]);
+        decay_down[t] = t < length ? __expf(decay[length - 1] - decay[t]) : 0.0f;
+      }
+      __syncthreads();
+    }
 
     // O = (Q ⊙ exp(b)) S0 and, for the delta rule, X = W S0.
     float out[4][4] = {};
@@ -499,33 +536,53 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, q_hat,
                                                        kSlabStride, totals);
       }
-      for (int e = threadIdx.x; e < kChunk * kInterSlab; e += kInterThreads) {
-        const int t = e / kInterSlab;
-        const int c = e % kInterSlab;
-        float value = 0.0f;
-        if (t < length && k0 + c < key_dim) {
-          value = q[t * qk_row + k0 + c];
-          if (kDecay == Decay::kScalar) value *= expf(decay[t]);
-          if (kDecay == Decay::kPerChannel) value *= expf(q_hat[t * kSlabStride + c]);
-        }
-        q_hat[t * kSlabStride + c] = value;
-        if (kDelta) {
-          w[t * kSlabStride + c] = k0 + c < key_dim ? slot[layout.keys + t * key_dim + k0 + c] : 0.0f;
-        }
-      }
-      for (int e = threadIdx.x; e < kInterSlab * kValueTile; e += kInterThreads) {
-        const int r = e / kValueTile;
-        const int c = e % kValueTile;
-        const bool inside = k0 + r < key_dim && v0 + c < value_dim;
-        s_slab[r * kTileStride + c] =
-            inside ? state[static_cast<int64_t>(k0 + r) * value_dim + v0 + c] : 0.0f;
-      }
       if (kNormalize && threadIdx.x < kInterSlab) {
         z0[threadIdx.x] =
             k0 + threadIdx.x < key_dim ? slot[layout.normalizer + k0 + threadIdx.x] : 0.0f;
       }
+      // Half a slab at a time: its global reads first, then the shared-memory writes.
+#pragma unroll 1
+      for (int half = 0; half < 2; ++half) {
+        constexpr int kCount = kSlabPerThread / 2;
+        float q_values[kCount], w_values[kCount], s_values[kStatePerThread / 2];
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) {
+          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+          const int t = e / kInterSlab;
+          const int c = e % kInterSlab;
+          const bool column = k0 + c < key_dim;
+          q_values[i] = t < length && column ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
+          if (kDelta) {
+            w_values[i] = column ? __ldg(slot + layout.keys + t * key_dim + k0 + c) : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kStatePerThread / 2; ++i) {
+          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
+          const int r = e / kValueTile;
+          const int c = e % kValueTile;
+          const bool inside = k0 + r < key_dim && v0 + c < value_dim;
+          s_values[i] = inside ? state[static_cast<int64_t>(k0 + r) * value_dim + v0 + c] : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) {
+          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+          const int t = e / kInterSlab;
+          const int c = e % kInterSlab;
+          float value = q_values[i];
+          if (kDecay == Decay::kScalar) value *= decay_up[t];
+          if (kDecay == Decay::kPerChannel) value *= __expf(q_hat[t * kSlabStride + c]);
+          q_hat[t * kSlabStride + c] = value;
+          if (kDelta) w[t * kSlabStride + c] = w_values[i];
+        }
+#pragma unroll
+        for (int i = 0; i < kStatePerThread / 2; ++i) {
+          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
+          s_slab[(e / kValueTile) * kTileStride + e % kValueTile] = s_values[i];
+        }
+      }
       __syncthreads();
-#pragma unroll 2
+#pragma unroll 1
       for (int c = 0; c < kInterSlab; c += 4) {
         float4 qv[4], wv[4], sv[4];
 #pragma unroll
@@ -554,6 +611,11 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
     }
 
     // U' (V for additive writes, U - W S0 for the delta rule), then O += P U'.
+    float p_values[kScoresPerThread];
+#pragma unroll
+    for (int i = 0; i < kScoresPerThread; ++i) {
+      p_values[i] = __ldg(slot + layout.scores + threadIdx.x + i * kInterThreads);
+    }
     const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -570,8 +632,10 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
       }
       *reinterpret_cast<float4*>(&u[t * kTileStride + 4 * tx]) = make_float4(row[0], row[1], row[2], row[3]);
     }
-    for (int e = threadIdx.x; e < kChunk * kChunk; e += kInterThreads) {
-      p[(e / kChunk) * kSlabStride + e % kChunk] = slot[layout.scores + e];
+#pragma unroll
+    for (int i = 0; i < kScoresPerThread; ++i) {
+      const int e = threadIdx.x + i * kInterThreads;
+      p[(e / kChunk) * kSlabStride + e % kChunk] = p_values[i];
     }
     __syncthreads();
     float row_sum[4] = {};
@@ -614,18 +678,37 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
       if (kDecay == Decay::kPerChannel) {
         LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, k_end,
                                                        kSlabStride, totals);
-        if (threadIdx.x < kInterSlab) decay_end[threadIdx.x] = k_end[(length - 1) * kSlabStride + threadIdx.x];
+        if (threadIdx.x < kInterSlab) {
+          decay_end[threadIdx.x] = k_end[(length - 1) * kSlabStride + threadIdx.x];
+        }
         __syncthreads();
       }
-      for (int e = threadIdx.x; e < kChunk * kInterSlab; e += kInterThreads) {
+      float k_values[kSlabPerThread], s_old[4][4];
+#pragma unroll
+      for (int i = 0; i < kSlabPerThread; ++i) {
+        const int e = threadIdx.x + i * kInterThreads;
         const int t = e / kInterSlab;
         const int c = e % kInterSlab;
-        float value = 0.0f;
-        if (t < length && k0 + c < key_dim) {
-          value = k[t * qk_row + k0 + c];
-          if (kDecay == Decay::kScalar) value *= expf(decay[length - 1] - decay[t]);
-          if (kDecay == Decay::kPerChannel) value *= expf(decay_end[c] - k_end[t * kSlabStride + c]);
+        k_values[i] = t < length && k0 + c < key_dim ? __ldg(k + t * qk_row + k0 + c) : 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int32_t key = k0 + row0 + i;
+          const int32_t col = v0 + 4 * tx + j;
+          s_old[i][j] = key < key_dim && col < value_dim
+                            ? state[static_cast<int64_t>(key) * value_dim + col] : 0.0f;
         }
+      }
+#pragma unroll
+      for (int i = 0; i < kSlabPerThread; ++i) {
+        const int e = threadIdx.x + i * kInterThreads;
+        const int t = e / kInterSlab;
+        const int c = e % kInterSlab;
+        float value = k_values[i];
+        if (kDecay == Decay::kScalar) value *= decay_down[t];
+        if (kDecay == Decay::kPerChannel) value *= __expf(decay_end[c] - k_end[t * kSlabStride + c]);
         k_end[t * kSlabStride + c] = value;
       }
       __syncthreads();
@@ -646,13 +729,13 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         const int32_t key = k0 + row0 + i;
         if (key >= key_dim) continue;
         float factor = 1.0f;
-        if (kDecay == Decay::kScalar) factor = expf(decay[length - 1]);
-        if (kDecay == Decay::kPerChannel) factor = expf(decay_end[row0 + i]);
+        if (kDecay == Decay::kScalar) factor = decay_up[length - 1];
+        if (kDecay == Decay::kPerChannel) factor = __expf(decay_end[row0 + i]);
         float* state_row = state + static_cast<int64_t>(key) * value_dim;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int32_t col = v0 + 4 * tx + j;
-          if (col < value_dim) state_row[col] = fmaf(factor, state_row[col], acc[i][j]);
+          if (col < value_dim) state_row[col] = fmaf(factor, s_old[i][j], acc[i][j]);
         }
       }
       __syncthreads();
@@ -721,6 +804,13 @@ template <Decay kDecay, bool kDelta, bool kNormalize>
 cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scratch,
                          cudaStream_t stream) {
   const SlotLayout& layout = plan.layout;
+  // Both kernels are limited by shared memory per multiprocessor: ask for all of it.
+  for (const void* kernel : {reinterpret_cast<const void*>(IntraChunkKernel<kDecay, kDelta, kNormalize>),
+                             reinterpret_cast<const void*>(InterChunkKernel<kDecay, kDelta, kNormalize>)}) {
+    const cudaError_t status = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (status != cudaSuccess) return status;
+  }
   const int32_t value_tiles = (args.value_dim + kValueTile - 1) / kValueTile;
   for (int32_t first_sequence = 0; first_sequence < args.num_sequences;
        first_sequence += plan.sequences_per_round) {
