@@ -2,6 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
+#ifdef LUMEN_WITH_CUDA
+#include "backends/cuda/create_cuda_backend.h"
+#endif
 
 namespace lumen {
 
@@ -14,6 +17,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const lumen_engine_option
   }
   switch (options.backend) {
     case LUMEN_BACKEND_AUTO:
+#ifdef LUMEN_WITH_CUDA
+      if (cuda::CudaDevicePresent(options.device)) return cuda::CreateCudaBackend(options.device);
+#endif
+      [[fallthrough]];
     case LUMEN_BACKEND_CPU:
       try {
         return std::unique_ptr<Backend>(new cpu::CpuBackend(options.num_threads));
@@ -22,7 +29,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const lumen_engine_option
             absl::StrCat("cannot start the CPU backend's threads: ", e.what()));
       }
     case LUMEN_BACKEND_CUDA:
+#ifdef LUMEN_WITH_CUDA
+      return cuda::CreateCudaBackend(options.device);
+#else
       return absl::UnimplementedError("this build of lumen has no CUDA backend");
+#endif
     case LUMEN_BACKEND_ROCM:
       return absl::UnimplementedError("this build of lumen has no ROCm backend");
     default:

@@ -27,9 +27,16 @@ struct LayerRun {
   int64_t num_tokens() const { return cu_seqlens.back(); }
 };
 
+class Model;
+
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  // Called once when an engine binds the backend to its model, before any other call: a
+  // device backend copies the layers' parameters to the device here, so that layer calls
+  // never need to.
+  virtual absl::Status LoadModel(const Model& /*model*/) { return absl::OkStatus(); }
 
   virtual lumen_backend kind() const = 0;
   // Threads a layer call runs on, the caller's included.
@@ -50,7 +57,8 @@ class Backend {
   virtual absl::Status Run(const LayerSpec& spec, const LayerRun& run) = 0;
 };
 
-// Creates the backend an engine asked for (AUTO resolved here).
+// Creates the backend an engine asked for (AUTO resolved here: CUDA when this build has it and
+// a device is present, else the CPU).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const lumen_engine_options& options);
 
 }  // namespace lumen

@@ -1,6 +1,8 @@
 #include "src/engine.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,7 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
                                                        const lumen_engine_options& options) {
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
   if (!backend.ok()) return backend.status();
+  if (absl::Status status = (*backend)->LoadModel(*model); !status.ok()) return status;
   return std::shared_ptr<Engine>(new Engine(std::move(model), *std::move(backend)));
 }
 
@@ -82,6 +85,16 @@ absl::Status Engine::Prefill(int32_t layer, absl::Span<Session* const> sessions,
 
 namespace {
 
+// lumen_layer_inputs as 0.1.0 defined it, before `stream` was appended.
+constexpr uint32_t kLayerInputsSizeV0 = offsetof(lumen_layer_inputs, stream);
+
+// The caller's inputs in the current layout; fields its struct_size leaves out get defaults.
+lumen_layer_inputs CurrentLayout(const lumen_layer_inputs& in) {
+  lumen_layer_inputs out{};
+  std::memcpy(&out, &in, std::min<size_t>(in.struct_size, sizeof(out)));
+  return out;
+}
+
 bool IsDType(int32_t value) {
   return value == LUMEN_DTYPE_FLOAT32 || value == LUMEN_DTYPE_BFLOAT16 ||
          value == LUMEN_DTYPE_FLOAT16;
@@ -110,7 +123,8 @@ absl::Status CheckBuffer(const char* name, const void* data, int64_t count, int6
 
 absl::Status CheckInputs(const LayerSpec& spec, const Backend& backend, int64_t tokens,
                          const lumen_layer_inputs& in, const lumen_layer_output& out) {
-  if (absl::Status status = CheckStructSize(in, "lumen_layer_inputs"); !status.ok()) {
+  if (absl::Status status = CheckStructSize(in, "lumen_layer_inputs", kLayerInputsSizeV0);
+      !status.ok()) {
     return status;
   }
   if (absl::Status status = CheckStructSize(out, "lumen_layer_output"); !status.ok()) {
@@ -197,8 +211,9 @@ absl::Status Engine::RunLayer(bool chunkwise, int32_t layer,
   absl::Status status = CheckInputs(spec, *backend_, cu_seqlens.back(), inputs, output);
   if (!status.ok()) return status;
 
+  const lumen_layer_inputs current = CurrentLayout(inputs);
   run.cu_seqlens = std::move(cu_seqlens);
-  run.inputs = &inputs;
+  run.inputs = &current;
   run.output = &output;
   if (run.num_tokens() == 0) return absl::OkStatus();
   status = backend_->Run(spec, run);

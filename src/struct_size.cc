@@ -12,18 +12,18 @@ namespace {
   static_assert(offsetof(type, last) + sizeof(type::last) == sizeof(type))
 LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_options, state_dtype);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_engine_options, device);
-LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_inputs, beta_count);
+LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_inputs, stream);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_output, o_count);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_snapshot_options, state_dtype);
 #undef LUMEN_ENDS_AT_LAST_FIELD
 
 }  // namespace
 
-absl::Status CheckStructSize(const void* user_struct, uint32_t struct_size, size_t known_size,
-                             absl::string_view type_name) {
-  if (struct_size < known_size) {
+absl::Status CheckStructSize(const void* user_struct, uint32_t struct_size, size_t min_size,
+                             size_t known_size, absl::string_view type_name) {
+  if (struct_size < min_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        type_name, ".struct_size is ", struct_size, ", smaller than the ", known_size,
+        type_name, ".struct_size is ", struct_size, ", smaller than the ", min_size,
         " bytes of its fields: the struct is too small; fill it with ", type_name, "_init"));
   }
   if (struct_size > kMaxStructSize) {

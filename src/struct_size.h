@@ -15,18 +15,24 @@ namespace lumen {
 // Structs larger than this are not lumen structs of any version.
 inline constexpr uint32_t kMaxStructSize = 4096;
 
-// OK when struct_size equals known_size (sizeof the struct in this library's header), or is
-// larger and every byte of user_struct beyond known_size is zero: fields this library does
-// not know, left at their defaults. Otherwise INVALID_ARGUMENT: smaller than known_size
-// (every struct is still at its first version), above kMaxStructSize, or naming the offset
-// of the first non-zero byte beyond the known fields. user_struct must hold struct_size
-// bytes. `type_name` names the struct in the message; its init function is type_name_init.
-absl::Status CheckStructSize(const void* user_struct, uint32_t struct_size, size_t known_size,
-                             absl::string_view type_name);
+// OK when min_size <= struct_size <= known_size (known_size: sizeof the struct in this
+// library's header; min_size: the size of its first version, so an older caller's struct is
+// accepted and the fields it lacks take their defaults), or when struct_size is larger and
+// every byte of user_struct beyond known_size is zero: fields this library does not know,
+// left at their defaults. Otherwise INVALID_ARGUMENT: smaller than min_size, above
+// kMaxStructSize, or naming the offset of the first non-zero byte beyond the known fields.
+// user_struct must hold struct_size bytes. `type_name` names the struct in the message; its
+// init function is type_name_init.
+absl::Status CheckStructSize(const void* user_struct, uint32_t struct_size, size_t min_size,
+                             size_t known_size, absl::string_view type_name);
 
+// For a struct still at its first version (min_size = sizeof), or with the size of its
+// first version given.
 template <typename Struct>
-absl::Status CheckStructSize(const Struct& user_struct, absl::string_view type_name) {
-  return CheckStructSize(&user_struct, user_struct.struct_size, sizeof(Struct), type_name);
+absl::Status CheckStructSize(const Struct& user_struct, absl::string_view type_name,
+                             size_t min_size = sizeof(Struct)) {
+  return CheckStructSize(&user_struct, user_struct.struct_size, min_size, sizeof(Struct),
+                         type_name);
 }
 
 }  // namespace lumen

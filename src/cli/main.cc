@@ -2,7 +2,8 @@
 // sequence through one session of a Qwen3-Next-sized gated_delta_net stack and show that the
 // cost per token and the memory per session stay flat while a softmax KV cache would grow.
 //
-// Uses only the public C API (lumen/lumen.h), as any application would.
+// Uses only the public C API (lumen/lumen.h), as any application would. `lumen bench` runs
+// the GPU benchmark of a CUDA build.
 
 #include <lumen/lumen.h>
 #include <spawn.h>
@@ -22,6 +23,10 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#ifdef LUMEN_WITH_CUDA
+#include "backends/cuda/bench/gpu_bench.h"
+#endif
 
 namespace {
 
@@ -88,6 +93,7 @@ struct Args {
 void PrintUsage(std::FILE* to) {
   std::fprintf(to,
                "usage: lumen [--tokens N] [--prefill N] [--threads N] [--help]\n"
+               "       lumen bench [--quick]   (GPU decode and prefill timings; CUDA builds)\n"
                "\n"
                "Streams N tokens (default %lld), one lumen_session_step per layer per token,\n"
                "through one session of %d gated_delta_net layers (H=%d, HV=%d, K=V=%d, as in\n"
@@ -587,9 +593,25 @@ void DemonstrateSnapshot(const Args& args, lumen_session* session, const InputPo
   if (!identical) Fail("the resumed session diverged from the uninterrupted one");
 }
 
+// `lumen bench [--quick]`: the GPU benchmark (backends/cuda/bench).
+int RunBench(int argc, char** argv) {
+  const bool quick = argc >= 2 && std::string(argv[1]) == "--quick";
+  if (argc > 2 || (argc == 2 && !quick)) {
+    std::fprintf(stderr, "usage: lumen bench [--quick]\n");
+    return 2;
+  }
+#ifdef LUMEN_WITH_CUDA
+  return lumen::cuda::RunGpuBench(quick);
+#else
+  std::fprintf(stderr, "lumen bench: this build of lumen has no CUDA backend\n");
+  return 1;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "bench") return RunBench(argc - 1, argv + 1);
   const Args args = ParseArgs(argc, argv);
   std::mt19937 rng(20250101);
 

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstddef>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -651,6 +653,30 @@ TEST_CASE("a session hands out its model, which outlives the caller's handles", 
   lumen_session_destroy(session);
 }
 
+TEST_CASE("lumen_layer_inputs of 0.1.0's size (no stream) are accepted", "[capi]") {
+  std::string error;
+  const RefLayer layer = Layer(LUMEN_FAMILY_SSD, 1, 2, 4, 4);
+  ModelPtr model = BuildModel({layer}, &error);
+  REQUIRE(model);
+  EnginePtr engine = MakeEngine(model.get(), 1, &error);
+  REQUIRE(engine);
+  SessionPtr session = MakeSession(engine.get(), &error);
+  REQUIRE(session);
+  std::mt19937 rng(TestSeed());
+  const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, 1, rng), LUMEN_DTYPE_FLOAT32);
+  OutputBuffer out;
+  out.Reset(layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
+  lumen_layer_output o = out.Output(0, layer.VPerToken());
+  // Bytes past the old struct_size are not the caller's: lumen must not read them.
+  lumen_layer_inputs in = InputsFor(layer, tokens, 0, 1);
+  in.stream = reinterpret_cast<void*>(0xdead);
+  in.struct_size = offsetof(lumen_layer_inputs, stream);
+  CHECK(lumen_session_step(session.get(), 0, &in, &o) == LUMEN_OK);
+  in.struct_size = offsetof(lumen_layer_inputs, stream) - 1;
+  CheckFailure(lumen_session_step(session.get(), 0, &in, &o),
+               LUMEN_ERROR_INVALID_ARGUMENT, {"struct_size"});
+}
+
 TEST_CASE("engine creation: backends and options", "[capi]") {
   std::string error;
   ModelPtr model = BuildModel({Layer(LUMEN_FAMILY_SSD, 1, 1, 4, 4)}, &error);
@@ -661,11 +687,15 @@ TEST_CASE("engine creation: backends and options", "[capi]") {
   lumen_backend backend = LUMEN_BACKEND_AUTO;
   REQUIRE(lumen_engine_backend(engine, &backend) == LUMEN_OK);
   CHECK(backend != LUMEN_BACKEND_AUTO);
-  CHECK(backend == LUMEN_BACKEND_CPU);  // no GPU backend in this version
-  CHECK(std::string(lumen_backend_string(backend)) == "CPU");
+  // AUTO picks CUDA only where this build has it and a GPU is present.
+  CHECK((backend == LUMEN_BACKEND_CPU || backend == LUMEN_BACKEND_CUDA));
+  const bool gpu_present = backend == LUMEN_BACKEND_CUDA;
+  CHECK(std::string(lumen_backend_string(backend)) == (gpu_present ? "CUDA" : "CPU"));
   int32_t threads = 0;
   REQUIRE(lumen_engine_num_threads(engine, &threads) == LUMEN_OK);
-  CHECK(threads == static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
+  if (!gpu_present) {
+    CHECK(threads == static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
+  }
   CheckFailure(lumen_engine_num_threads(nullptr, &threads), LUMEN_ERROR_INVALID_ARGUMENT, {});
   CheckFailure(lumen_engine_num_threads(engine, nullptr), LUMEN_ERROR_INVALID_ARGUMENT, {});
   {
@@ -691,8 +721,17 @@ TEST_CASE("engine creation: backends and options", "[capi]") {
   lumen_engine* sentinel = reinterpret_cast<lumen_engine*>(0x1);
   lumen_engine* out = sentinel;
   options.backend = LUMEN_BACKEND_CUDA;
-  CheckFailure(lumen_engine_create(model.get(), &options, &out), LUMEN_ERROR_UNSUPPORTED, {});
-  CHECK(out == sentinel);
+  if (gpu_present) {
+    lumen_engine* cuda = nullptr;
+    CHECK(lumen_engine_create(model.get(), &options, &cuda) == LUMEN_OK);
+    lumen_engine_destroy(cuda);
+  } else {
+    // Without a GPU or driver (or without CUDA in the build): a clear refusal, and AUTO
+    // above fell back to the CPU.
+    CheckFailure(lumen_engine_create(model.get(), &options, &out), LUMEN_ERROR_UNSUPPORTED,
+                 {"CUDA"});
+    CHECK(out == sentinel);
+  }
   options.backend = LUMEN_BACKEND_ROCM;
   CheckFailure(lumen_engine_create(model.get(), &options, &out), LUMEN_ERROR_UNSUPPORTED, {});
   options.backend = 42;

@@ -528,10 +528,16 @@ ModelPtr BuildModel(const std::vector<RefLayer>& layers, std::string* error) {
   return ModelPtr(model);
 }
 
+int32_t TestBackend() {
+  const char* name = std::getenv("LUMEN_TEST_BACKEND");
+  if (name != nullptr && std::string(name) == "CUDA") return LUMEN_BACKEND_CUDA;
+  return LUMEN_BACKEND_CPU;
+}
+
 EnginePtr MakeEngine(const lumen_model* model, int32_t num_threads, std::string* error) {
   lumen_engine_options options;
   lumen_engine_options_init(&options);
-  options.backend = LUMEN_BACKEND_CPU;
+  options.backend = TestBackend();
   options.num_threads = num_threads;
   lumen_engine* engine = nullptr;
   const lumen_status st = lumen_engine_create(model, &options, &engine);

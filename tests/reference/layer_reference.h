@@ -163,7 +163,10 @@ std::string LastError(lumen_status status);
 // Builds a model of the given layers (parameters set through the builder). Returns nullptr
 // and fills *error on failure.
 ModelPtr BuildModel(const std::vector<RefLayer>& layers, std::string* error);
-// An engine on the CPU backend with num_threads threads (0: all cores).
+// The backend the public-API tests run on: LUMEN_BACKEND_CPU, or LUMEN_BACKEND_CUDA when the
+// environment sets LUMEN_TEST_BACKEND=CUDA (the `gpu` ctest label runs them so on a GPU).
+int32_t TestBackend();
+// An engine on the test backend with num_threads threads (0: all cores).
 EnginePtr MakeEngine(const lumen_model* model, int32_t num_threads, std::string* error);
 SessionPtr MakeSession(lumen_engine* engine, std::string* error);
 

@@ -7,7 +7,7 @@
 #
 # Not run there: the restore fuzzer (it has its own ASan + UBSan build), the install check
 # (it builds unsanitized consumers against the installed library), the aarch64 cross build
-# (its own tree, under qemu) and the bindings (their interpreters cannot load an ASan
+# (its own tree, under qemu), the GPU tests (the sanitized build is CPU only) and the bindings (their interpreters cannot load an ASan
 # library without preloading its runtime).
 set -euo pipefail
 
@@ -21,7 +21,8 @@ cmake -S "$source_dir" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DLUMEN_BUILD_TESTS=ON -DLUMEN_BUILD_BINDINGS=OFF -DLUMEN_SANITIZED_TESTS=OFF >/dev/null
+  -DLUMEN_ENABLE_CUDA=OFF -DLUMEN_BUILD_TESTS=ON -DLUMEN_BUILD_BINDINGS=OFF \
+  -DLUMEN_SANITIZED_TESTS=OFF >/dev/null
 cmake --build "$build" -j "$jobs"
 built=$(date +%s)
 
@@ -29,6 +30,7 @@ built=$(date +%s)
 asan="detect_leaks=1:allocator_may_return_null=1:abort_on_error=1"
 export ASAN_OPTIONS="$asan:detect_stack_use_after_return=1:strict_string_checks=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-ctest --test-dir "$build" --output-on-failure -j "$jobs" -E "fuzzer|install_consumers|aarch64"
+ctest --test-dir "$build" --output-on-failure -j "$jobs" -LE gpu \
+  -E "fuzzer|install_consumers|aarch64"
 end=$(date +%s)
 echo "run_sanitized_tests.sh: build $((built - start)) s, tests $((end - built)) s"

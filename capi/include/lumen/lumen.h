@@ -6,7 +6,7 @@
  * Objects
  *   lumen_model_builder  collects the description of a model, layer by layer.
  *   lumen_model          an immutable, validated list of layers (reference counted).
- *   lumen_engine         a model bound to a backend (CPU now; CUDA and ROCm later) and its
+ *   lumen_engine         a model bound to a backend (CPU or CUDA; ROCm later) and its
  *                        worker threads; it runs every step and prefill.
  *   lumen_session        the fixed-size state of every layer of the model for one
  *                        conversation, plus how many tokens each layer has consumed.
@@ -32,14 +32,37 @@
  *   - Enumerations travel as int32_t in parameters and struct fields, so any value a caller
  *     or a binding passes is well defined; unknown values are rejected with a message.
  *   - Memory: unless a call says otherwise, every pointer is host memory. Input and output
- *     structs carry a `memory` field so that GPU backends can take device pointers without an
- *     ABI change; the CPU backend accepts LUMEN_MEMORY_HOST only. A GPU stream will arrive the
- *     same way, as a field appended to lumen_engine_options or lumen_layer_inputs.
+ *     structs carry a `memory` field so that GPU backends can take device pointers; the CPU
+ *     backend accepts LUMEN_MEMORY_HOST only. See "GPU engines" below.
  *   - Thread safety: models are immutable and may be shared freely. An engine may be called
  *     from several threads at once (its layer calls take turns on its worker threads). A
  *     session must not be used by two calls at the same time, including calls that only read
  *     it (fork, read_state, snapshot) while another call changes it. Builders are not
  *     thread-safe.
+ *
+ * GPU engines (LUMEN_BACKEND_CUDA)
+ *   - A session's state lives in device memory, in slots of a pool the engine grows on demand.
+ *   - Layer calls whose input and output buffers are all LUMEN_MEMORY_DEVICE are asynchronous:
+ *     the work is enqueued on lumen_layer_inputs.stream (a cudaStream_t; NULL is the legacy
+ *     default stream) and the call returns without waiting. The output and the new state are
+ *     ready when the work enqueued on that stream before the call returned has finished; the
+ *     caller's buffers must stay valid and unchanged until then. Such a call allocates,
+ *     synchronizes and copies nothing through pageable memory when it is a step or
+ *     lumen_engine_step_batch, so it may be captured in a CUDA graph and replayed (replays
+ *     update the same sessions' state, in the captured order).
+ *   - A call with any LUMEN_MEMORY_HOST buffer copies through the engine's device scratch and
+ *     returns when its output has been written back and the state updated.
+ *   - Every other call that touches a session's state (create, fork, reset, read_state,
+ *     write_state, snapshot, restore, save, load) first waits for the engine's earlier
+ *     asynchronous layer calls on their streams, then works synchronously. Work you replay
+ *     from a CUDA graph is not known to the engine: synchronize its stream before such a call.
+ *   - A launch that fails is reported by the call that launched it (LUMEN_ERROR_BACKEND). A
+ *     kernel that faults while running is reported by the next call that waits for the device
+ *     (any of the calls above, or cudaStreamSynchronize); CUDA errors of that kind are sticky,
+ *     and the engine then answers LUMEN_ERROR_BACKEND with CUDA's message.
+ *   - LUMEN_BACKEND_CUDA without a usable CUDA device (none, no driver, or a library built
+ *     without CUDA) is LUMEN_ERROR_UNSUPPORTED with a message; LUMEN_BACKEND_AUTO then
+ *     picks the CPU.
  *
  * Shapes (one session, one layer; row-major, innermost last; see docs/ and the SPEC):
  *   q, k   [T, H, K]      v, o   [T, HV, V]      beta [T, HV]
@@ -392,14 +415,16 @@ LUMEN_API lumen_status lumen_session_write_state(lumen_session* session, int32_t
  * gated_delta_net and kda; beta by the delta family; for a layer that does not take one,
  * the pointer must be NULL and its count 0 (anything else is LUMEN_ERROR_INVALID_ARGUMENT,
  * as it usually means a mixed-up model). memory other than what the engine's backend reads
- * (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Buffers are only read during the
- * call.
+ * (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Host buffers are only read during
+ * the call; device buffers until the call's work on its stream has run (see "GPU engines").
+ * A struct_size of 0.1.0's struct (without `stream`) is accepted and means stream NULL.
  *
  * Values are checked before anything runs: NaN or infinity in any input, g > 0 as a log-decay
  * (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
  * beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
  * (and, in a call of several sessions, which session's token), the head and the channel; no
- * session changes.
+ * session changes. The CUDA backend does not check values yet: there, such inputs give
+ * non-finite outputs and state.
  */
 typedef struct lumen_layer_inputs {
   uint32_t struct_size; /* set by init */
@@ -410,9 +435,13 @@ typedef struct lumen_layer_inputs {
   const void* v;    int64_t v_count;    /* [T, HV, V] */
   const void* g;    int64_t g_count;    /* [T, HV] or [T, HV, K] */
   const void* beta; int64_t beta_count; /* [T, HV] */
+  /* Added after 0.1.0 (struct_size tells whether a caller has it): the GPU stream (cudaStream_t)
+   * that a call over LUMEN_MEMORY_DEVICE buffers is enqueued on; NULL is the legacy default
+   * stream. Ignored by the CPU backend and by calls with host buffers. */
+  void* stream;
 } lumen_layer_inputs;
 
-/** Fills *inputs with defaults (no buffers, FLOAT32, HOST). */
+/** Fills *inputs with defaults (no buffers, FLOAT32, HOST, stream NULL). */
 LUMEN_API void lumen_layer_inputs_init(lumen_layer_inputs* inputs);
 
 /** Where a layer call writes its output o, [T, HV, V]. Fill with lumen_layer_output_init. */

@@ -670,14 +670,16 @@ extern "C" {
 #[doc = " gated_delta_net and kda; beta by the delta family; for a layer that does not take one,"]
 #[doc = " the pointer must be NULL and its count 0 (anything else is LUMEN_ERROR_INVALID_ARGUMENT,"]
 #[doc = " as it usually means a mixed-up model). memory other than what the engine's backend reads"]
-#[doc = " (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Buffers are only read during the"]
-#[doc = " call."]
+#[doc = " (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Host buffers are only read during"]
+#[doc = " the call; device buffers until the call's work on its stream has run (see \"GPU engines\")."]
+#[doc = " A struct_size of 0.1.0's struct (without `stream`) is accepted and means stream NULL."]
 #[doc = ""]
 #[doc = " Values are checked before anything runs: NaN or infinity in any input, g > 0 as a log-decay"]
 #[doc = " (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with"]
 #[doc = " beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token"]
 #[doc = " (and, in a call of several sessions, which session's token), the head and the channel; no"]
-#[doc = " session changes."]
+#[doc = " session changes. The CUDA backend does not check values yet: there, such inputs give"]
+#[doc = " non-finite outputs and state."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct lumen_layer_inputs {
@@ -694,12 +696,13 @@ pub struct lumen_layer_inputs {
     pub g_count: i64,
     pub beta: *const ::std::os::raw::c_void,
     pub beta_count: i64,
+    pub stream: *mut ::std::os::raw::c_void,
 }
 #[test]
 fn bindgen_test_layout_lumen_layer_inputs() {
     assert_eq!(
         ::std::mem::size_of::<lumen_layer_inputs>(),
-        96usize,
+        104usize,
         concat!("Size of: ", stringify!(lumen_layer_inputs))
     );
     assert_eq!(
@@ -928,9 +931,26 @@ fn bindgen_test_layout_lumen_layer_inputs() {
         );
     }
     test_field_beta_count();
+    fn test_field_stream() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_layer_inputs>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).stream) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_layer_inputs),
+                "::",
+                stringify!(stream)
+            )
+        );
+    }
+    test_field_stream();
 }
 extern "C" {
-    #[doc = " Fills *inputs with defaults (no buffers, FLOAT32, HOST)."]
+    #[doc = " Fills *inputs with defaults (no buffers, FLOAT32, HOST, stream NULL)."]
     pub fn lumen_layer_inputs_init(inputs: *mut lumen_layer_inputs);
 }
 #[doc = " Where a layer call writes its output o, [T, HV, V]. Fill with lumen_layer_output_init."]

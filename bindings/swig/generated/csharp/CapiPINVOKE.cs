@@ -460,6 +460,12 @@ class CapiPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerInputs_BetaCount_get___")]
   public static extern long LayerInputs_BetaCount_get(global::System.Runtime.InteropServices.HandleRef jarg1);
 
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerInputs_Stream_set___")]
+  public static extern void LayerInputs_Stream_set(global::System.Runtime.InteropServices.HandleRef jarg1, global::System.IntPtr jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerInputs_Stream_get___")]
+  public static extern global::System.IntPtr LayerInputs_Stream_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_new_LayerInputs___")]
   public static extern global::System.IntPtr new_LayerInputs();
 

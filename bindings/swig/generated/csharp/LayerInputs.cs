@@ -187,6 +187,18 @@ public class LayerInputs : global::System.IDisposable {
     } 
   }
 
+  public global::System.IntPtr Stream {
+    set {
+      CapiPINVOKE.LayerInputs_Stream_set(swigCPtr, value);
+    }
+  
+    get {
+      global::System.IntPtr result = CapiPINVOKE.LayerInputs_Stream_get(swigCPtr);
+      return result;
+    }
+  
+  }
+
   public LayerInputs() : this(CapiPINVOKE.new_LayerInputs(), true) {
   }
 

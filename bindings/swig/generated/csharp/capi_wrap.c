@@ -1348,6 +1348,28 @@ SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_LayerInputs_BetaCount_get___(
 }
 
 
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_LayerInputs_Stream_set___(void * jarg1, void* jarg2) {
+  struct lumen_layer_inputs *arg1 = (struct lumen_layer_inputs *) 0 ;
+  void *arg2 = (void *) 0 ;
+  
+  arg1 = (struct lumen_layer_inputs *)jarg1; 
+  arg2 = (void *)jarg2;
+  if (arg1) (arg1)->stream = arg2;
+}
+
+
+SWIGEXPORT void* SWIGSTDCALL CSharp_LumenfCApi_LayerInputs_Stream_get___(void * jarg1) {
+  void* jresult ;
+  struct lumen_layer_inputs *arg1 = (struct lumen_layer_inputs *) 0 ;
+  void *result = 0 ;
+  
+  arg1 = (struct lumen_layer_inputs *)jarg1; 
+  result = (void *) ((arg1)->stream);
+  jresult = (void*)result;
+  return jresult;
+}
+
+
 SWIGEXPORT void * SWIGSTDCALL CSharp_LumenfCApi_new_LayerInputs___() {
   void * jresult ;
   struct lumen_layer_inputs *result = 0 ;

@@ -1816,6 +1816,34 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1betaCount_1get
 }
 
 
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1stream_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_layer_inputs *arg1 = (struct lumen_layer_inputs *) 0 ;
+  void *arg2 = (void *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  arg2 = (void *)(intptr_t)jarg2;
+  if (arg1) (arg1)->stream = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1stream_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_layer_inputs *arg1 = (struct lumen_layer_inputs *) 0 ;
+  void *result = 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  result = (void *) ((arg1)->stream);
+  jresult = (jlong)(intptr_t)result;
+  return jresult;
+}
+
+
 SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_new_1LayerInputs(JNIEnv *jenv, jclass jcls) {
   jlong jresult = 0 ;
   struct lumen_layer_inputs *result = 0 ;

@@ -355,14 +355,16 @@ class lumen_layer_inputs(object):
     gated_delta_net and kda; beta by the delta family; for a layer that does not take one,
     the pointer must be NULL and its count 0 (anything else is LUMEN_ERROR_INVALID_ARGUMENT,
     as it usually means a mixed-up model). memory other than what the engine's backend reads
-    (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Buffers are only read during the
-    call.
+    (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Host buffers are only read during
+    the call; device buffers until the call's work on its stream has run (see "GPU engines").
+    A struct_size of 0.1.0's struct (without `stream`) is accepted and means stream NULL.
 
     Values are checked before anything runs: NaN or infinity in any input, g > 0 as a log-decay
     (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
     beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
     (and, in a call of several sessions, which session's token), the head and the channel; no
-    session changes.
+    session changes. The CUDA backend does not check values yet: there, such inputs give
+    non-finite outputs and state.
     """
 
     thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
@@ -379,6 +381,7 @@ class lumen_layer_inputs(object):
     g_count = property(_capi.lumen_layer_inputs_g_count_get, _capi.lumen_layer_inputs_g_count_set)
     beta = property(_capi.lumen_layer_inputs_beta_get, _capi.lumen_layer_inputs_beta_set)
     beta_count = property(_capi.lumen_layer_inputs_beta_count_get, _capi.lumen_layer_inputs_beta_count_set)
+    stream = property(_capi.lumen_layer_inputs_stream_get, _capi.lumen_layer_inputs_stream_set)
 
     def __init__(self):
         _capi.lumen_layer_inputs_swiginit(self, _capi.new_lumen_layer_inputs())
@@ -388,7 +391,7 @@ class lumen_layer_inputs(object):
 _capi.lumen_layer_inputs_swigregister(lumen_layer_inputs)
 
 def lumen_layer_inputs_init(inputs):
-    r""" Fills *inputs with defaults (no buffers, FLOAT32, HOST)."""
+    r""" Fills *inputs with defaults (no buffers, FLOAT32, HOST, stream NULL)."""
     return _capi.lumen_layer_inputs_init(inputs)
 class lumen_layer_output(object):
     r""" Where a layer call writes its output o, [T, HV, V]. Fill with lumen_layer_output_init."""

@@ -6637,6 +6637,69 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_lumen_layer_inputs_stream_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_layer_inputs *arg1 = (struct lumen_layer_inputs *) 0 ;
+  void *arg2 = (void *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_layer_inputs_stream_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_inputs, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_inputs_stream_set" "', argument " "1"" of type '" "struct lumen_layer_inputs *""'"); 
+  }
+  arg1 = (struct lumen_layer_inputs *)(argp1);
+  {
+    if (swig_obj[1] == Py_None) {
+      arg2 = NULL;
+    } else {
+      arg2 = (void *)PyLong_AsVoidPtr(swig_obj[1]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->stream = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_layer_inputs_stream_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_layer_inputs *arg1 = (struct lumen_layer_inputs *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  void *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_inputs, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_inputs_stream_get" "', argument " "1"" of type '" "struct lumen_layer_inputs *""'"); 
+  }
+  arg1 = (struct lumen_layer_inputs *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (void *) ((arg1)->stream);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    resultobj = result ? PyLong_FromVoidPtr((void*)result) : SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_lumen_layer_inputs(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct lumen_layer_inputs *result = 0 ;
@@ -7935,11 +7998,13 @@ static PyMethodDef SwigMethods[] = {
 	 { "lumen_layer_inputs_beta_get", _wrap_lumen_layer_inputs_beta_get, METH_O, NULL},
 	 { "lumen_layer_inputs_beta_count_set", _wrap_lumen_layer_inputs_beta_count_set, METH_VARARGS, NULL},
 	 { "lumen_layer_inputs_beta_count_get", _wrap_lumen_layer_inputs_beta_count_get, METH_O, NULL},
+	 { "lumen_layer_inputs_stream_set", _wrap_lumen_layer_inputs_stream_set, METH_VARARGS, NULL},
+	 { "lumen_layer_inputs_stream_get", _wrap_lumen_layer_inputs_stream_get, METH_O, NULL},
 	 { "new_lumen_layer_inputs", _wrap_new_lumen_layer_inputs, METH_NOARGS, NULL},
 	 { "delete_lumen_layer_inputs", _wrap_delete_lumen_layer_inputs, METH_O, NULL},
 	 { "lumen_layer_inputs_swigregister", lumen_layer_inputs_swigregister, METH_O, NULL},
 	 { "lumen_layer_inputs_swiginit", lumen_layer_inputs_swiginit, METH_VARARGS, NULL},
-	 { "lumen_layer_inputs_init", _wrap_lumen_layer_inputs_init, METH_O, " Fills *inputs with defaults (no buffers, FLOAT32, HOST)."},
+	 { "lumen_layer_inputs_init", _wrap_lumen_layer_inputs_init, METH_O, " Fills *inputs with defaults (no buffers, FLOAT32, HOST, stream NULL)."},
 	 { "lumen_layer_output_dtype_set", _wrap_lumen_layer_output_dtype_set, METH_VARARGS, NULL},
 	 { "lumen_layer_output_dtype_get", _wrap_lumen_layer_output_dtype_get, METH_O, NULL},
 	 { "lumen_layer_output_memory_set", _wrap_lumen_layer_output_memory_set, METH_VARARGS, NULL},

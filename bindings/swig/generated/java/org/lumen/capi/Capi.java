@@ -305,7 +305,7 @@ public class Capi implements CapiConstants {
   }
 
   /**
-   *  Fills *inputs with defaults (no buffers, FLOAT32, HOST). 
+   *  Fills *inputs with defaults (no buffers, FLOAT32, HOST, stream NULL). 
    */
   public static void lumen_layer_inputs_init(LayerInputs inputs) {
     CapiJNI.lumen_layer_inputs_init(LayerInputs.getCPtr(inputs), inputs);

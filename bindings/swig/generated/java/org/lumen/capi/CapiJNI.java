@@ -105,6 +105,8 @@ public class CapiJNI {
   public final static native long LayerInputs_beta_get(long jarg1, LayerInputs jarg1_);
   public final static native void LayerInputs_betaCount_set(long jarg1, LayerInputs jarg1_, long jarg2);
   public final static native long LayerInputs_betaCount_get(long jarg1, LayerInputs jarg1_);
+  public final static native void LayerInputs_stream_set(long jarg1, LayerInputs jarg1_, long jarg2);
+  public final static native long LayerInputs_stream_get(long jarg1, LayerInputs jarg1_);
   public final static native long new_LayerInputs();
   public final static native void delete_LayerInputs(long jarg1);
   public final static native void lumen_layer_inputs_init(long jarg1, LayerInputs jarg1_);

@@ -14,14 +14,16 @@ package org.lumen.capi;
  * gated_delta_net and kda; beta by the delta family; for a layer that does not take one,<br>
  * the pointer must be NULL and its count 0 (anything else is LUMEN_ERROR_INVALID_ARGUMENT,<br>
  * as it usually means a mixed-up model). memory other than what the engine's backend reads<br>
- * (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Buffers are only read during the<br>
- * call.<br>
+ * (the CPU backend: HOST only) is LUMEN_ERROR_UNSUPPORTED. Host buffers are only read during<br>
+ * the call; device buffers until the call's work on its stream has run (see "GPU engines").<br>
+ * A struct_size of 0.1.0's struct (without `stream`) is accepted and means stream NULL.<br>
  * <br>
  * Values are checked before anything runs: NaN or infinity in any input, g &gt; 0 as a log-decay<br>
  * (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with<br>
  * beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token<br>
  * (and, in a call of several sessions, which session's token), the head and the channel; no<br>
- * session changes.
+ * session changes. The CUDA backend does not check values yet: there, such inputs give<br>
+ * non-finite outputs and state.
  */
 public class LayerInputs {
   private transient long swigCPtr;
@@ -136,6 +138,12 @@ public class LayerInputs {
   public long getBetaCount() {
     return CapiJNI.LayerInputs_betaCount_get(swigCPtr, this);
   }
+
+  public void setStream(long value) {
+    CapiJNI.LayerInputs_stream_set(swigCPtr, this, value);
+  }
+
+  public long getStream() { return CapiJNI.LayerInputs_stream_get(swigCPtr, this); }
 
   public LayerInputs() {
     this(CapiJNI.new_LayerInputs(), true);

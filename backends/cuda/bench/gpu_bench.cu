@@ -1,0 +1,353 @@
+// GPU decode and prefill through the public C API, timed with CUDA events.
+//
+// Decode: one lumen_engine_step_batch of N sessions (bf16 inputs and output in device
+// memory, fp32 state, HV = 32, H = 16, K = V = 128) captured in a CUDA graph; the time per
+// step is the mean over graph replays. The state is read and written once per step, so the
+// effective bandwidth is 2 * N * HV * K * V * 4 bytes / t, set beside a device-to-device copy
+// (bytes read + written) of a buffer far larger than L2.
+// Prefill: lumen_engine_prefill_varlen over B sequences of T tokens, device buffers.
+
+#include "backends/cuda/bench/gpu_bench.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lumen/lumen.h"
+
+namespace lumen::cuda {
+namespace {
+
+constexpr int32_t kHeads = 16, kValueHeads = 32, kKeyDim = 128, kValueDim = 128;
+
+struct Failure {
+  std::string what;
+};
+
+void Check(lumen_status status, const char* call) {
+  if (status != LUMEN_OK) {
+    throw Failure{std::string(call) + ": " + lumen_status_string(status) + ": " +
+                  lumen_last_error_message()};
+  }
+}
+
+void CheckCuda(cudaError_t error, const char* call) {
+  if (error != cudaSuccess) throw Failure{std::string(call) + ": " + cudaGetErrorString(error)};
+}
+
+uint16_t ToBFloat16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// A device buffer of `count` random bf16 values drawn by `draw`. Long buffers repeat a block
+// of 2^20 draws at shifting offsets: drawing hundreds of millions of values would take the
+// host longer than the whole benchmark.
+template <typename Draw>
+void* DeviceBFloat16(int64_t count, Draw draw) {
+  constexpr int64_t kBlock = int64_t{1} << 20;
+  std::vector<uint16_t> block(std::min(count, kBlock) + 1);
+  for (uint16_t& x : block) x = ToBFloat16(draw());
+  std::vector<uint16_t> host(count);
+  const int64_t period = static_cast<int64_t>(block.size());  // one more than a block
+  for (int64_t at = 0, shift = 0; at < count; at += kBlock, shift = (shift + 1) % period) {
+    // host[at + i] = block[(shift + i) % period] for i < n, as two straight copies.
+    const int64_t n = std::min(kBlock, count - at);
+    const int64_t first = std::min(n, period - shift);
+    std::copy_n(block.begin() + shift, first, host.begin() + at);
+    std::copy_n(block.begin(), n - first, host.begin() + at + first);
+  }
+  void* device = nullptr;
+  CheckCuda(cudaMalloc(&device, count * 2), "cudaMalloc");
+  CheckCuda(cudaMemcpy(device, host.data(), count * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+  return device;
+}
+
+struct Family {
+  const char* name;
+  int32_t family;
+};
+
+const Family kFamilies[] = {{"linear_attn", LUMEN_FAMILY_LINEAR_ATTN},
+                            {"retention", LUMEN_FAMILY_RETENTION},
+                            {"ssd", LUMEN_FAMILY_SSD},
+                            {"gla", LUMEN_FAMILY_GLA},
+                            {"delta_net", LUMEN_FAMILY_DELTA_NET},
+                            {"gated_delta_net", LUMEN_FAMILY_GATED_DELTA_NET},
+                            {"kda", LUMEN_FAMILY_KDA}};
+
+bool HasG(int32_t f) {
+  return f == LUMEN_FAMILY_SSD || f == LUMEN_FAMILY_GLA || f == LUMEN_FAMILY_GATED_DELTA_NET ||
+         f == LUMEN_FAMILY_KDA;
+}
+bool VectorGate(int32_t f) { return f == LUMEN_FAMILY_GLA || f == LUMEN_FAMILY_KDA; }
+bool HasBeta(int32_t f) {
+  return f == LUMEN_FAMILY_DELTA_NET || f == LUMEN_FAMILY_GATED_DELTA_NET ||
+         f == LUMEN_FAMILY_KDA;
+}
+
+// One layer's model and a CUDA engine for it; the delta family takes raw gates, logits and
+// in-layer L2 norms, as Qwen3-Next and Kimi Linear do.
+struct Bench {
+  lumen_model* model = nullptr;
+  lumen_engine* engine = nullptr;
+  int32_t family = 0;
+
+  explicit Bench(int32_t f) : family(f) {
+    lumen_model_builder* builder = nullptr;
+    Check(lumen_model_builder_create(&builder), "lumen_model_builder_create");
+    lumen_layer_options options;
+    lumen_layer_options_init(&options);
+    options.family = f;
+    options.num_heads = kHeads;
+    options.num_value_heads = kValueHeads;
+    options.key_dim = kKeyDim;
+    options.value_dim = kValueDim;
+    const bool real = f == LUMEN_FAMILY_GATED_DELTA_NET || f == LUMEN_FAMILY_KDA;
+    if (HasBeta(f)) options.qk_l2norm = options.beta_sigmoid = 1;
+    if (real) options.gate_raw = 1;
+    Check(lumen_model_builder_add_layer(builder, &options, nullptr), "add_layer");
+    if (real) {
+      std::vector<float> a_log(kValueHeads, std::log(4.0f));
+      std::vector<float> dt_bias(f == LUMEN_FAMILY_KDA ? kValueHeads * kKeyDim : kValueHeads,
+                                 -4.0f);
+      Check(lumen_model_builder_set_param(builder, 0, LUMEN_PARAM_A_LOG, a_log.data(),
+                                          static_cast<int64_t>(a_log.size())),
+            "set_param");
+      Check(lumen_model_builder_set_param(builder, 0, LUMEN_PARAM_DT_BIAS, dt_bias.data(),
+                                          static_cast<int64_t>(dt_bias.size())),
+            "set_param");
+    }
+    Check(lumen_model_builder_build(builder, &model), "lumen_model_builder_build");
+    lumen_model_builder_destroy(builder);
+    lumen_engine_options engine_options;
+    lumen_engine_options_init(&engine_options);
+    engine_options.backend = LUMEN_BACKEND_CUDA;
+    Check(lumen_engine_create(model, &engine_options, &engine), "lumen_engine_create");
+  }
+  ~Bench() {
+    lumen_engine_destroy(engine);
+    lumen_model_destroy(model);
+  }
+};
+
+// Device inputs for `tokens` tokens of a family, bf16.
+struct Inputs {
+  void* q = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
+  void* g = nullptr;
+  void* beta = nullptr;
+  void* o = nullptr;
+  int64_t tokens = 0;
+  int32_t family = 0;
+
+  Inputs(int32_t f, int64_t t, std::mt19937& rng) : tokens(t), family(f) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> decay(0.8f, 1.0f);
+    auto n = [&] { return normal(rng); };
+    const int64_t qk = t * kHeads * kKeyDim, vo = t * kValueHeads * kValueDim;
+    q = DeviceBFloat16(qk, n);
+    // Unit-norm keys for the delta rule come from qk_l2norm; others get small keys.
+    k = DeviceBFloat16(qk, [&] { return normal(rng) * (HasBeta(f) ? 1.0f : 0.1f); });
+    v = DeviceBFloat16(vo, n);
+    const bool raw = f == LUMEN_FAMILY_GATED_DELTA_NET || f == LUMEN_FAMILY_KDA;
+    if (HasG(f)) {
+      g = DeviceBFloat16(t * kValueHeads * (VectorGate(f) ? kKeyDim : 1),
+                         [&] { return raw ? normal(rng) : std::log(decay(rng)); });
+    }
+    if (HasBeta(f)) beta = DeviceBFloat16(t * kValueHeads, n);
+    CheckCuda(cudaMalloc(&o, vo * 2), "cudaMalloc");
+  }
+  ~Inputs() {
+    for (void* p : {q, k, v, g, beta, o}) cudaFree(p);
+  }
+  lumen_layer_inputs Layer(cudaStream_t stream) const {
+    lumen_layer_inputs in;
+    lumen_layer_inputs_init(&in);
+    in.dtype = LUMEN_DTYPE_BFLOAT16;
+    in.memory = LUMEN_MEMORY_DEVICE;
+    in.stream = stream;
+    in.q = q;
+    in.q_count = tokens * kHeads * kKeyDim;
+    in.k = k;
+    in.k_count = in.q_count;
+    in.v = v;
+    in.v_count = tokens * kValueHeads * kValueDim;
+    in.g = g;
+    in.g_count = g ? tokens * kValueHeads * (VectorGate(family) ? kKeyDim : 1) : 0;
+    in.beta = beta;
+    in.beta_count = beta ? tokens * kValueHeads : 0;
+    return in;
+  }
+  lumen_layer_output Output() const {
+    lumen_layer_output out;
+    lumen_layer_output_init(&out);
+    out.dtype = LUMEN_DTYPE_BFLOAT16;
+    out.memory = LUMEN_MEMORY_DEVICE;
+    out.o = o;
+    out.o_count = tokens * kValueHeads * kValueDim;
+    return out;
+  }
+};
+
+// Mean milliseconds of `body` over `reps` runs on `stream`, after `warmup` runs.
+template <typename Body>
+double TimeMs(cudaStream_t stream, int warmup, int reps, Body body) {
+  for (int i = 0; i < warmup; ++i) body();
+  cudaEvent_t start, stop;
+  CheckCuda(cudaEventCreate(&start), "cudaEventCreate");
+  CheckCuda(cudaEventCreate(&stop), "cudaEventCreate");
+  CheckCuda(cudaEventRecord(start, stream), "cudaEventRecord");
+  for (int i = 0; i < reps; ++i) body();
+  CheckCuda(cudaEventRecord(stop, stream), "cudaEventRecord");
+  CheckCuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+  float ms = 0.0f;
+  CheckCuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / reps;
+}
+
+// Device-to-device copy of 2 GiB: bytes read + written per second.
+double CopyBandwidth(cudaStream_t stream, int reps) {
+  const int64_t bytes = int64_t{2} << 30;
+  void *a = nullptr, *b = nullptr;
+  CheckCuda(cudaMalloc(&a, bytes), "cudaMalloc");
+  CheckCuda(cudaMalloc(&b, bytes), "cudaMalloc");
+  CheckCuda(cudaMemset(a, 1, bytes), "cudaMemset");
+  const double ms = TimeMs(stream, 2, reps, [&] {
+    CheckCuda(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+  });
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes / (ms * 1e-3);
+}
+
+// Mean time of one batched step of n sessions, from graph replays.
+double DecodeMs(const Bench& bench, int32_t n, cudaStream_t stream, int reps,
+                std::mt19937& rng) {
+  std::vector<lumen_session*> sessions(n);
+  for (lumen_session*& s : sessions) Check(lumen_session_create(bench.engine, &s), "create");
+  const Inputs inputs(bench.family, n, rng);
+  const lumen_layer_inputs in = inputs.Layer(stream);
+  lumen_layer_output out = inputs.Output();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CheckCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "BeginCapture");
+  const lumen_status status =
+      lumen_engine_step_batch(bench.engine, 0, sessions.data(), n, &in, &out);
+  CheckCuda(cudaStreamEndCapture(stream, &graph), "EndCapture");
+  Check(status, "lumen_engine_step_batch (captured)");
+  CheckCuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  const double ms = TimeMs(stream, 3, reps, [&] {
+    CheckCuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  });
+  CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  for (lumen_session* s : sessions) lumen_session_destroy(s);
+  return ms;
+}
+
+double PrefillMs(const Bench& bench, int32_t b, int32_t t, cudaStream_t stream, int reps,
+                 std::mt19937& rng) {
+  std::vector<lumen_session*> sessions(b);
+  for (lumen_session*& s : sessions) Check(lumen_session_create(bench.engine, &s), "create");
+  const Inputs inputs(bench.family, int64_t{b} * t, rng);
+  const lumen_layer_inputs in = inputs.Layer(stream);
+  lumen_layer_output out = inputs.Output();
+  std::vector<int32_t> cu(b + 1);
+  for (int32_t i = 0; i <= b; ++i) cu[i] = i * t;
+  const double ms = TimeMs(stream, 1, reps, [&] {
+    // Each rep starts from zero states, as a fresh prompt does.
+    for (lumen_session* s : sessions) Check(lumen_session_reset(s), "reset");
+    Check(lumen_engine_prefill_varlen(bench.engine, 0, sessions.data(), b, cu.data(), &in, &out),
+          "lumen_engine_prefill_varlen");
+  });
+  for (lumen_session* s : sessions) lumen_session_destroy(s);
+  return ms;
+}
+
+}  // namespace
+
+int RunGpuBench(bool quick) {
+  try {
+    cudaStream_t stream = nullptr;
+    CheckCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cudaDeviceProp properties;
+    CheckCuda(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
+    const int reps = quick ? 3 : 50;
+    const double copy = CopyBandwidth(stream, quick ? 2 : 10);
+    std::printf("lumen bench on %s: bf16 inputs and output, fp32 state, H=%d, HV=%d, K=V=%d\n",
+                properties.name, kHeads, kValueHeads, kKeyDim);
+    std::printf("anchor: device-to-device copy %.2f TB/s (bytes read + written)\n\n",
+                copy / 1e12);
+    std::mt19937 rng(7);
+
+    {
+      // Session pool: create and destroy 10,000 sessions of one layer.
+      Bench bench(LUMEN_FAMILY_GATED_DELTA_NET);
+      const int32_t count = quick ? 1000 : 10000;
+      std::vector<lumen_session*> sessions(count);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (lumen_session*& s : sessions) Check(lumen_session_create(bench.engine, &s), "create");
+      const auto t1 = std::chrono::steady_clock::now();
+      for (lumen_session* s : sessions) lumen_session_destroy(s);
+      const auto t2 = std::chrono::steady_clock::now();
+      // Reuse: the freed slots come back zeroed in one batch.
+      for (lumen_session*& s : sessions) Check(lumen_session_create(bench.engine, &s), "create");
+      const auto t3 = std::chrono::steady_clock::now();
+      for (lumen_session* s : sessions) lumen_session_destroy(s);
+      auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+      std::printf("sessions (%d, 2 MiB of state each): create %.1f ms, destroy %.1f ms, "
+                  "create again from freed slots %.1f ms\n\n",
+                  count, ms(t1 - t0), ms(t2 - t1), ms(t3 - t2));
+    }
+
+    std::printf("decode: one batched step, graph replays (us per step; effective TB/s = "
+                "2*N*HV*K*V*4/t; %% of copy)\n");
+    std::printf("%-16s", "family");
+    const int32_t counts[] = {1, 8, 64, 256, 1024};
+    for (int32_t n : counts) std::printf(" | N=%-4d us   TB/s   %%  ", n);
+    std::printf("\n");
+    for (const Family& f : kFamilies) {
+      Bench bench(f.family);
+      std::printf("%-16s", f.name);
+      for (int32_t n : counts) {
+        const double ms = DecodeMs(bench, n, stream, reps, rng);
+        const double bytes = 2.0 * n * kValueHeads * kKeyDim * kValueDim * 4;
+        const double rate = bytes / (ms * 1e-3);
+        std::printf(" | %8.1f %6.2f %4.0f", ms * 1e3, rate / 1e12, 100.0 * rate / copy);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+
+    std::printf("\nprefill: lumen_engine_prefill_varlen from zero states (ms)\n");
+    std::printf("%-16s | B=4 x T=8192 | B=1 x T=65536\n", "family");
+    for (const Family& f : kFamilies) {
+      Bench bench(f.family);
+      const double a = PrefillMs(bench, 4, quick ? 1024 : 8192, stream, quick ? 1 : 3, rng);
+      const double b = PrefillMs(bench, 1, quick ? 4096 : 65536, stream, quick ? 1 : 2, rng);
+      std::printf("%-16s | %12.2f | %13.2f\n", f.name, a, b);
+      std::fflush(stdout);
+    }
+    cudaStreamDestroy(stream);
+    return 0;
+  } catch (const Failure& failure) {
+    std::fprintf(stderr, "lumen bench: %s\n", failure.what.c_str());
+    return 1;
+  }
+}
+
+}  // namespace lumen::cuda

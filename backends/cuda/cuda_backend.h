@@ -1,0 +1,78 @@
+#pragma once
+// The CUDA backend: session states in a device pool, layer calls as kernels on the caller's
+// stream. Included only by CUDA sources (src/ reaches it through create_cuda_backend.h).
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backends/cuda/gpu_compat.cuh"
+#include "backends/cuda/kernels/layer_math.cuh"
+#include "backends/cuda/state_pool.h"
+#include "src/backend.h"
+
+namespace lumen::cuda {
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(int32_t device);
+  ~CudaBackend() override;
+  // Selects the device and creates the backend's events; called once after construction.
+  absl::Status Initialize();
+
+  lumen_backend kind() const override { return LUMEN_BACKEND_CUDA; }
+  int32_t num_threads() const override { return 1; }
+  bool Accepts(lumen_memory memory) const override {
+    return memory == LUMEN_MEMORY_HOST || memory == LUMEN_MEMORY_DEVICE;
+  }
+
+  absl::Status LoadModel(const Model& model) override;
+
+  absl::StatusOr<void*> AllocateState(int64_t bytes) override;
+  void FreeState(void* block) override;
+  absl::Status ZeroState(void* block, int64_t bytes) override;
+  absl::Status CopyState(void* dst, const void* src, int64_t bytes) override;
+  absl::Status StateToHost(void* host_dst, const void* src, int64_t bytes) override;
+  absl::Status StateFromHost(void* dst, const void* host_src, int64_t bytes) override;
+
+  absl::Status Run(const LayerSpec& spec, const LayerRun& run) override;
+
+ private:
+  // Makes the engine's device current for the calling thread.
+  absl::Status UseDevice();
+  // Waits for every asynchronous layer call made so far; reports a failed kernel.
+  absl::Status WaitForLayerCalls();
+  // Remembers that `stream` has asynchronous work of this engine.
+  absl::Status TrackAsyncWork(cudaStream_t stream);
+
+  absl::Status EnsureScratch(int64_t bytes, bool capturing);
+  absl::Status EnsureStaging(int64_t bytes);
+
+  absl::Status RunSteps(const LayerSpec& spec, const LayerRun& run, const RawInputs& inputs,
+                        void* o, cudaStream_t stream);
+  // Device scratch a prefill needs beyond the host-buffer copies.
+  int64_t PrefillScratchBytes(const LayerSpec& spec, const LayerRun& run) const;
+  absl::Status RunPrefill(const LayerSpec& spec, const LayerRun& run, const RawInputs& inputs,
+                          void* o, char* scratch, cudaStream_t stream);
+
+  const int32_t device_;
+  std::mutex mutex_;  // one call at a time owns the pool, the scratch and the staging buffer
+  StatePool pool_;
+
+  std::unordered_map<const LayerSpec*, LayerConfig> layers_;  // set once by LoadModel
+  void* parameters_ = nullptr;  // device copies of every layer's parameter arrays
+
+  void* scratch_ = nullptr;  // device scratch of calls with host buffers and of prefills
+  int64_t scratch_bytes_ = 0;
+  cudaEvent_t scratch_free_ = nullptr;  // recorded after the last asynchronous use
+
+  void* staging_ = nullptr;  // pinned host memory for the device tables of a prefill
+  int64_t staging_bytes_ = 0;
+  cudaEvent_t staging_free_ = nullptr;  // recorded after the last copy out of it
+
+  std::vector<std::pair<cudaStream_t, cudaEvent_t>> pending_;  // streams with async work
+};
+
+}  // namespace lumen::cuda

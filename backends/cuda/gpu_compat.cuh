@@ -1,0 +1,77 @@
+#pragma once
+// The one place that names the GPU runtime. The CUDA backend's sources use CUDA's spellings;
+// a HIP build (the later ROCm backend) maps them here instead of forking the sources, as
+// ggml's vendors/hip.h does. Kernels never write a literal warp width: kWarpSize.
+
+#if defined(__HIP_PLATFORM_AMD__)
+#include <hip/hip_bf16.h>
+#include <hip/hip_fp16.h>
+#include <hip/hip_runtime.h>
+#define cudaError_t hipError_t
+#define cudaSuccess hipSuccess
+#define cudaStream_t hipStream_t
+#define cudaEvent_t hipEvent_t
+#define cudaGetLastError hipGetLastError
+#define cudaGetErrorString hipGetErrorString
+#define cudaGetErrorName hipGetErrorName
+#define __nv_bfloat16 hip_bfloat16
+#else
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#endif
+
+namespace lumen::cuda {
+
+#if defined(__HIP_PLATFORM_AMD__)
+inline constexpr int kWarpSize = 64;
+#else
+inline constexpr int kWarpSize = 32;
+#endif
+
+// Sum of `value` over the lanes of a warp whose lane index differs only in the bits of
+// [first_mask, kWarpSize): lanes that share the low bits add together.
+template <int kFirstMask>
+__device__ __forceinline__ float SumAcrossLaneGroups(float value) {
+#pragma unroll
+  for (int mask = kFirstMask; mask < kWarpSize; mask <<= 1) {
+#if defined(__HIP_PLATFORM_AMD__)
+    value += __shfl_xor(value, mask);
+#else
+    value += __shfl_xor_sync(0xffffffffu, value, mask);
+#endif
+  }
+  return value;
+}
+
+// Copies kBytes (4, 8 or 16) from global to shared memory without holding registers while
+// the bytes are in flight (cp.async, sm_80); CopyAsyncWaitAll waits for the calling thread's
+// copies. A HIP build copies synchronously.
+template <int kBytes>
+__device__ __forceinline__ void CopyAsync(void* shared_dst, const void* global_src) {
+#if defined(__HIP_PLATFORM_AMD__)
+  __builtin_memcpy(shared_dst, global_src, kBytes);
+#else
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global_src));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(address), "l"(global_src),
+                 "n"(kBytes));
+  }
+#endif
+}
+
+__device__ __forceinline__ void CopyAsyncCommit() {
+#if !defined(__HIP_PLATFORM_AMD__)
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+__device__ __forceinline__ void CopyAsyncWaitAll() {
+#if !defined(__HIP_PLATFORM_AMD__)
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+}  // namespace lumen::cuda

@@ -1,0 +1,870 @@
+// The chunkwise form on the GPU, in fp32 on the SIMT cores (no TF32), as three launches per
+// round:
+//
+//   1. IntraChunkKernel, one block per (sequence, chunk, value head), all chunks at once:
+//      the masked C x C score matrix P[t, s] = sum_i q_t k_s exp(b_t - b_s) (s <= t) and, for
+//      the delta rule, the UT transform of flash-linear-attention:
+//      W = (I + A)^-1 diag(beta) (K ⊙ exp(b)) and U = (I + A)^-1 diag(beta) V with
+//      A[t, s] = beta_t sum_i k_t k_s exp(b_t - b_s) (s < t), by forward substitution.
+//      For the normalizer it sums each chunk's keys.
+//   2. NormalizerPrefixKernel (normalizer only): the normalizer each chunk starts from.
+//   3. InterChunkKernel, one block per (sequence, value head, tile of value columns), walking
+//      the chunks in order with the state: U' = U - W S0 for the delta rule (V itself for
+//      additive writes), O = (Q ⊙ exp(b)) S0 + P U', S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U'.
+//
+// b_t is the cumulative log-decay inside the chunk (token t's own decay included), per key
+// channel; every factor exp(b_t - b_s) with s <= t is <= 1. Per-channel decays cannot be
+// pulled out of the sum over channels as a product exp(b_t) exp(-b_s) without leaving fp32's
+// range, so P and A are built from 16-token sub-chunks: between sub-chunks both sides are
+// scaled against the boundary r between them, q_t exp(b_t - r) and k_s exp(r - b_s), both
+// factors <= 1; inside a sub-chunk each term gets its own exp(b_t - b_s). No chunk is ever cut
+// short, whatever the decays.
+//
+// Scratch holds the per-chunk results of launch 1 for a bounded window of chunks; longer calls
+// run as several rounds (a window of chunks for a group of sequences each), the state carrying
+// between them in place. Rounds are plain stream-ordered launches: no host synchronisation.
+//
+// Exponentials use __expf (ex2.approx): about 1e-6 relative error over the arguments here
+// (all <= 0 and of moderate size where they matter), far inside the chunkwise bound of 1e-4.
+
+#include "backends/cuda/kernels/chunkwise.cuh"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace lumen::cuda {
+namespace {
+
+constexpr int kChunk = 64;               // C, tokens per chunk
+constexpr int kSubChunk = 16;            // sub-chunk of the per-channel decay references
+constexpr int kSubChunks = kChunk / kSubChunk;
+
+// Launch 1: 256 threads, each owning a 4 x 4 grid of (t, s) pairs of the C x C matrices.
+constexpr int kIntraThreads = 256;
+constexpr int kIntraSlab = 16;                 // key channels per pass
+constexpr int kIntraStride = kIntraSlab + 1;   // padded row: conflict-free column reads
+constexpr int kIntraBlocksPerSm = 2;           // register budget: 128 per thread
+constexpr int kSquareStride = kChunk + 4;      // padded row of A, 16-byte aligned
+
+// Launch 3: 128 threads over a C x kValueTile output tile, 4 x 4 each.
+constexpr int kInterThreads = 128;
+constexpr int kInterSlab = 64;                 // key channels per pass
+constexpr int kValueTile = 32;                 // value columns per block
+constexpr int kInterBlocksPerSm = 3;           // caps registers at 168
+constexpr int kSlabStride = kInterSlab + 4;    // rows stay 16-byte aligned for float4 reads
+constexpr int kTileStride = kValueTile + 4;
+
+// Scratch is sized for at most this many bytes of per-chunk results at once (at least one
+// chunk of one sequence); longer calls take more rounds.
+constexpr int64_t kScratchBudgetBytes = int64_t{256} << 20;
+
+static_assert(kIntraThreads == 16 * 16 && kChunk == 4 * 16, "launch 1 thread layout");
+static_assert(kInterThreads == 16 * 8 && kValueTile == 8 * 4, "launch 3 thread layout");
+
+// Where one (sequence, chunk, value head) keeps its results inside the scratch.
+struct SlotLayout {
+  int64_t slot_floats = 0;       // floats per slot, a multiple of 4
+  int64_t scores = 0;            // [C, C] P, zero above the diagonal and past the chunk
+  int64_t keys = 0;              // [C, K] W (delta rule)
+  int64_t values = 0;            // [C, V] U (delta rule)
+  int64_t normalizer = 0;        // [K] the chunk's key sum, then the normalizer it starts from
+  int32_t chunks_per_round = 0;  // slots reserved per sequence
+};
+
+// How one call is cut into rounds: groups of sequences times windows of chunks.
+struct Plan {
+  SlotLayout layout;
+  int32_t max_chunks = 0;
+  int32_t sequences_per_round = 0;
+};
+
+// The sequences and chunks one round covers.
+struct Round {
+  int32_t first_sequence = 0;
+  int32_t first_chunk = 0;
+};
+
+// One chunk of one sequence, located from a round-local (sequence, chunk) pair.
+struct ChunkSpan {
+  int32_t sequence;
+  int32_t start;   // first token, an index into the concatenated T
+  int32_t length;  // 1..C
+};
+
+__device__ bool LocateChunk(const ChunkwiseArgs& args, const Round& round, int32_t local_sequence,
+                            int32_t local_chunk, ChunkSpan* span) {
+  span->sequence = round.first_sequence + local_sequence;
+  if (span->sequence >= args.num_sequences) return false;
+  const int32_t begin = args.cu_seqlens[span->sequence];
+  const int32_t tokens = args.cu_seqlens[span->sequence + 1] - begin;
+  const int64_t offset = static_cast<int64_t>(round.first_chunk + local_chunk) * kChunk;
+  if (offset >= tokens) return false;
+  span->start = begin + static_cast<int32_t>(offset);
+  span->length = tokens - offset < kChunk ? static_cast<int32_t>(tokens - offset) : kChunk;
+  return true;
+}
+
+__device__ float* SlotOf(const SlotLayout& layout, float* scratch, int32_t num_value_heads,
+                         int32_t local_sequence, int32_t local_chunk, int32_t value_head) {
+  const int64_t slot =
+      (static_cast<int64_t>(local_sequence) * layout.chunks_per_round + local_chunk) *
+          num_value_heads + value_head;
+  return scratch + slot * layout.slot_floats;
+}
+
+// In-place inclusive prefix sums down the kChunk rows of each of kColumns columns of `a`
+// (row stride `stride`), by all kThreads threads: each totals a segment of rows, then
+// rewrites it as running sums starting from the totals of the segments above it. `totals`
+// holds kThreads floats.
+template <int kColumns, int kThreads>
+__device__ void PrefixSumColumns(float* a, int stride, float* totals) {
+  constexpr int kSegments = kThreads / kColumns;
+  constexpr int kRows = kChunk / kSegments;
+  static_assert(kSegments * kColumns == kThreads && kRows * kSegments == kChunk, "layout");
+  const int column = threadIdx.x % kColumns;
+  const int segment = threadIdx.x / kColumns;
+  float* first = a + segment * kRows * stride + column;
+  float total = 0.0f;
+#pragma unroll 8
+  for (int r = 0; r < kRows; ++r) total += first[r * stride];
+  totals[segment * kColumns + column] = total;
+  __syncthreads();
+  float running = 0.0f;
+  for (int s = 0; s < segment; ++s) running += totals[s * kColumns + column];
+#pragma unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    running += first[r * stride];
+    first[r * stride] = running;
+  }
+  __syncthreads();
+}
+
+// Per-token scalars of a chunk: the cumulative scalar log-decay b_t (kScalar) and beta_t
+// (delta rule), zero past the chunk's end. `scratch` holds kChunk floats.
+template <Decay kDecay, bool kDelta>
+__device__ void LoadTokenScalars(const ChunkwiseArgs& args, const ChunkSpan& span,
+                                 int32_t value_head, float* decay, float* beta, float* scratch) {
+  const int t = threadIdx.x;
+  const int64_t row = static_cast<int64_t>(span.start + t) * args.num_value_heads + value_head;
+  if (t < kChunk) {
+    if (kDecay == Decay::kScalar) scratch[t] = t < span.length ? args.log_decay[row] : 0.0f;
+    if (kDelta) beta[t] = t < span.length ? args.beta[row] : 0.0f;
+  }
+  if (kDecay != Decay::kScalar) return;
+  __syncthreads();
+  if (t < kChunk) {
+    float sum = 0.0f;
+    for (int s = 0; s <= t; ++s) sum += scratch[s];
+    decay[t] = sum;
+  }
+  __syncthreads();
+}
+
+// Runs over a kChunk x kColumns tile, each thread's share in batches of up to 16 elements:
+// the batch's global reads first (fetch(t, c) returns the value), then its shared-memory
+// writes (store(t, c, value)), so that the reads' latencies overlap instead of adding up.
+template <int kColumns, int kThreads, typename Fetch, typename Store>
+__device__ __forceinline__ void ForEachInTile(Fetch fetch, Store store) {
+  constexpr int kPerThread = kChunk * kColumns / kThreads;
+  constexpr int kBatch = kPerThread < 16 ? kPerThread : 16;  // reads in flight per thread
+  static_assert(kPerThread * kThreads == kChunk * kColumns && kPerThread % kBatch == 0,
+                "tile layout");
+#pragma unroll 1
+  for (int first = 0; first < kPerThread; first += kBatch) {
+    float values[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = threadIdx.x + (first + i) * kThreads;
+      values[i] = fetch(e / kColumns, e % kColumns);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = threadIdx.x + (first + i) * kThreads;
+      store(e / kColumns, e % kColumns, values[i]);
+    }
+  }
+}
+
+// The per-channel log-decay of token t (chunk-relative), channel k0 + c; zero past the chunk
+// and past K.
+__device__ __forceinline__ float FetchLogDecay(const ChunkwiseArgs& args, const ChunkSpan& span,
+                                               int32_t value_head, int32_t k0, int t, int c) {
+  if (t >= span.length || k0 + c >= args.key_dim) return 0.0f;
+  return __ldg(&args.log_decay[(static_cast<int64_t>(span.start + t) * args.num_value_heads +
+                                value_head) * args.key_dim + k0 + c]);
+}
+
+// Loads the per-channel log-decays of channels [k0, k0 + kColumns) into `b` ([C, stride])
+// and turns them into b_t, the cumulative sums.
+template <int kColumns, int kThreads>
+__device__ void LoadCumulativeDecay(const ChunkwiseArgs& args, const ChunkSpan& span,
+                                    int32_t value_head, int32_t k0, float* b, int stride,
+                                    float* totals) {
+  ForEachInTile<kColumns, kThreads>(
+      [&](int t, int c) { return FetchLogDecay(args, span, value_head, k0, t, c); },
+      [&](int t, int c, float g) { b[t * stride + c] = g; });
+  __syncthreads();
+  PrefixSumColumns<kColumns, kThreads>(b, stride, totals);
+}
+
+// ---------------------------------------------------------------------------------------
+// Launch 1: P, and for the delta rule W and U, of every chunk of the round.
+
+// Shared memory of launch 1, in floats: the per-slab arrays of the score pass, then A.
+constexpr int kIntraSlabFloats = kChunk * kIntraStride;
+constexpr int kIntraRegionFloats = std::max(8 * kIntraSlabFloats, kChunk * kSquareStride);
+
+// Accumulates the raw (t, s) sums of P and, for the delta rule, of A over one slab of key
+// channels. Thread (ty, tx) owns rows t = ty + 16 i and columns s = tx + 16 j, so pair (i, j)
+// is sub-chunk pair (i, j): for j < i the scaled operands, for j == i the exact factors.
+template <Decay kDecay, bool kDelta>
+__device__ void AccumulateScores(const float* q_raw, const float* k_raw, const float* b,
+                                 const float* q_scaled, const float* k_scaled,
+                                 const float* k_minus, float (&p)[4][4], float (&a)[4][4]) {
+  const int ty = threadIdx.x / 16;
+  const int tx = threadIdx.x % 16;
+#pragma unroll 2
+  for (int c = 0; c < kIntraSlab; ++c) {
+    float qt[4], kt[4], ks[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      qt[i] = q_raw[(ty + 16 * i) * kIntraStride + c];
+      ks[i] = k_raw[(tx + 16 * i) * kIntraStride + c];
+      if (kDelta) kt[i] = k_raw[(ty + 16 * i) * kIntraStride + c];
+    }
+    if (kDecay != Decay::kPerChannel) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j <= i; ++j) {
+          p[i][j] = fmaf(qt[i], ks[j], p[i][j]);
+          if (kDelta) a[i][j] = fmaf(kt[i], ks[j], a[i][j]);
+        }
+      }
+    } else {
+      float bt[4], bs[4], qst[4], kst[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        bt[i] = b[(ty + 16 * i) * kIntraStride + c];
+        bs[i] = b[(tx + 16 * i) * kIntraStride + c];
+        qst[i] = q_scaled[(ty + 16 * i) * kIntraStride + c];
+        if (kDelta) kst[i] = k_scaled[(ty + 16 * i) * kIntraStride + c];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        // exp(b_t - b_s) for the pair inside sub-chunk i; s > t is masked later, and the
+        // clamp keeps that unused factor finite.
+        const float e = __expf(fminf(bt[i] - bs[i], 0.0f));
+        p[i][i] = fmaf(qt[i] * ks[i], e, p[i][i]);
+        if (kDelta) a[i][i] = fmaf(kt[i] * ks[i], e, a[i][i]);
+#pragma unroll
+        for (int j = 0; j < i; ++j) {
+          const float km = k_minus[((i - 1) * kChunk + tx + 16 * j) * kIntraStride + c];
+          p[i][j] = fmaf(qst[i], km, p[i][j]);
+          if (kDelta) a[i][j] = fmaf(kst[i], km, a[i][j]);
+        }
+      }
+    }
+  }
+}
+
+// The delta rule's UT transform, X = (I + A)^-1 diag(beta) [K ⊙ exp(b) | V], by forward
+// substitution X_t = rhs_t - sum_{s<t} A[t, s] X_s: the K + V right-hand columns are
+// independent, so each thread solves whole columns in registers, reading A (row stride
+// kSquareStride, zero past the chunk) as broadcasts. The key columns are W, the value
+// columns U.
+template <Decay kDecay>
+__device__ void SolveTransform(const ChunkwiseArgs& args, const ChunkSpan& span,
+                               int32_t value_head, const float* k, int64_t qk_row,
+                               const float* v, int64_t v_row, const float* a,
+                               const float* decay, const float* beta, float* w, float* u) {
+  const int32_t key_dim = args.key_dim;
+  const int32_t value_dim = args.value_dim;
+  for (int32_t column = threadIdx.x; column < key_dim + value_dim; column += kIntraThreads) {
+    const bool is_key = column < key_dim;
+    const float* source = is_key ? k + column : v + (column - key_dim);
+    const int64_t stride = is_key ? qk_row : v_row;
+    float x[kChunk];
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) x[t] = t < span.length ? __ldg(source + t * stride) : 0.0f;
+    if (is_key && kDecay == Decay::kPerChannel) {
+      float b = 0.0f;
+#pragma unroll
+      for (int t0 = 0; t0 < kChunk; t0 += kSubChunk) {
+        float g[kSubChunk];
+#pragma unroll
+        for (int t = 0; t < kSubChunk; ++t) {
+          g[t] = FetchLogDecay(args, span, value_head, 0, t0 + t, column);
+        }
+#pragma unroll
+        for (int t = 0; t < kSubChunk; ++t) {
+          b += g[t];
+          x[t0 + t] *= __expf(b);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) {
+      x[t] *= beta[t];
+      if (kDecay == Decay::kScalar && is_key) x[t] *= __expf(decay[t]);
+    }
+#pragma unroll
+    for (int t = 1; t < kChunk; ++t) {
+      const float4* row = reinterpret_cast<const float4*>(a + t * kSquareStride);
+      float sum = x[t];
+#pragma unroll
+      for (int s4 = 0; s4 < (t + 3) / 4; ++s4) {
+        const float4 a4 = row[s4];  // entries s >= t are zero
+        sum = fmaf(-a4.x, x[4 * s4], sum);
+        if (4 * s4 + 1 < t) sum = fmaf(-a4.y, x[4 * s4 + 1], sum);
+        if (4 * s4 + 2 < t) sum = fmaf(-a4.z, x[4 * s4 + 2], sum);
+        if (4 * s4 + 3 < t) sum = fmaf(-a4.w, x[4 * s4 + 3], sum);
+      }
+      x[t] = sum;
+    }
+    float* out = is_key ? w + column : u + (column - key_dim);
+    const int32_t out_stride = is_key ? key_dim : value_dim;
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) out[t * out_stride] = x[t];
+  }
+}
+
+// kda's kernel needs more than 128 registers per thread: one block per multiprocessor.
+template <Decay kDecay, bool kDelta, bool kNormalize>
+__global__ void __launch_bounds__(kIntraThreads,
+                                  kDecay == Decay::kPerChannel && kDelta ? 1 : kIntraBlocksPerSm)
+IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
+                 float* scratch) {
+  __shared__ __align__(16) float region[kIntraRegionFloats];
+  __shared__ float decay[kChunk];  // b_t, scalar decay
+  __shared__ float beta[kChunk];
+  __shared__ float totals[kIntraThreads];
+
+  const int32_t num_value_heads = args.num_value_heads;
+  const int32_t value_head = blockIdx.x % num_value_heads;
+  const int32_t local_sequence = blockIdx.x / num_value_heads;
+  const int32_t local_chunk = blockIdx.y;
+  ChunkSpan span;
+  if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) return;
+  float* slot = SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
+  const int32_t key_dim = args.key_dim;
+  const int32_t value_dim = args.value_dim;
+  const int32_t head = value_head / (num_value_heads / args.num_heads);
+  const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
+  const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+  const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+
+  LoadTokenScalars<kDecay, kDelta>(args, span, value_head, decay, beta, totals);
+
+  float* q_raw = region;                          // [C, S] q
+  float* k_raw = region + kIntraSlabFloats;       // [C, S] k
+  float* b = region + 2 * kIntraSlabFloats;       // [C, S] b_t, per-channel decay
+  float* q_scaled = region + 3 * kIntraSlabFloats;  // [C, S] q exp(b_t - r)
+  float* k_scaled = region + 4 * kIntraSlabFloats;  // [C, S] k exp(b_t - r), delta rule
+  float* k_minus = region + 5 * kIntraSlabFloats;   // [3, C, S] k exp(r_i - b_s), s < 16 i
+
+  float p[4][4] = {};
+  float a[4][4] = {};
+  for (int32_t k0 = 0; k0 < key_dim; k0 += kIntraSlab) {
+    ForEachInTile<2 * kIntraSlab, kIntraThreads>(
+        [&](int t, int c) {
+          const int column = c % kIntraSlab;
+          if (t >= span.length || k0 + column >= key_dim) return 0.0f;
+          return __ldg((c < kIntraSlab ? q : k) + t * qk_row + k0 + column);
+        },
+        [&](int t, int c, float value) {
+          (c < kIntraSlab ? q_raw : k_raw)[t * kIntraStride + c % kIntraSlab] = value;
+        });
+    if (kDecay == Decay::kPerChannel) {
+      LoadCumulativeDecay<kIntraSlab, kIntraThreads>(args, span, value_head, k0, b,
+                                                     kIntraStride, totals);
+      // r_i = b at the last token of sub-chunk i - 1 (0 before the chunk).
+      for (int e = threadIdx.x; e < kChunk * kIntraSlab; e += kIntraThreads) {
+        const int t = e / kIntraSlab;
+        const int c = e % kIntraSlab;
+        const int sub = t / kSubChunk;
+        const float bt = b[t * kIntraStride + c];
+        const float r = sub == 0 ? 0.0f : b[(sub * kSubChunk - 1) * kIntraStride + c];
+        const float up = __expf(bt - r);
+        q_scaled[t * kIntraStride + c] = q_raw[t * kIntraStride + c] * up;
+        if (kDelta) k_scaled[t * kIntraStride + c] = k_raw[t * kIntraStride + c] * up;
+        for (int i = sub + 1; i < kSubChunks; ++i) {
+          const float ri = b[(i * kSubChunk - 1) * kIntraStride + c];
+          k_minus[((i - 1) * kChunk + t) * kIntraStride + c] = k_raw[t * kIntraStride + c] * __expf(ri - bt);
+        }
+      }
+    }
+    __syncthreads();
+    AccumulateScores<kDecay, kDelta>(q_raw, k_raw, b, q_scaled, k_scaled, k_minus, p, a);
+    if (kNormalize && threadIdx.x < kIntraSlab && k0 + threadIdx.x < key_dim) {
+      float sum = 0.0f;
+      for (int t = 0; t < kChunk; ++t) sum += k_raw[t * kIntraStride + threadIdx.x];
+      slot[layout.normalizer + k0 + threadIdx.x] = sum;
+    }
+    __syncthreads();
+  }
+
+  // Mask, apply the scalar decay factors and store P; keep A for the solve.
+  const int ty = threadIdx.x / 16;
+  const int tx = threadIdx.x % 16;
+  float* a_matrix = region;  // [C, kSquareStride]
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int t = ty + 16 * i;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int s = tx + 16 * j;
+      const bool keep = s <= t && t < span.length;
+      float factor = keep ? 1.0f : 0.0f;
+      if (kDecay == Decay::kScalar && keep) factor = __expf(decay[t] - decay[s]);
+      slot[layout.scores + t * kChunk + s] = p[i][j] * factor;
+      if (kDelta) a_matrix[t * kSquareStride + s] = s < t ? beta[t] * a[i][j] * factor : 0.0f;
+    }
+  }
+  if (!kDelta) return;
+  __syncthreads();
+  const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
+  const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+  SolveTransform<kDecay>(args, span, value_head, k, qk_row, v, v_row, a_matrix, decay, beta,
+                         slot + layout.keys, slot + layout.values);
+}
+
+// ---------------------------------------------------------------------------------------
+// Launch 2 (normalizer only): each chunk's slot gets the normalizer before the chunk (an
+// exclusive prefix over its key sums, starting from the sequence's z); z moves to the end.
+
+__global__ void NormalizerPrefixKernel(const ChunkwiseArgs args, const SlotLayout layout,
+                                       const Round round, float* scratch) {
+  const int32_t num_value_heads = args.num_value_heads;
+  const int32_t value_head = blockIdx.x % num_value_heads;
+  const int32_t local_sequence = blockIdx.x / num_value_heads;
+  const int32_t sequence = round.first_sequence + local_sequence;
+  if (sequence >= args.num_sequences) return;
+  float* z = args.normalizers[sequence] + static_cast<int64_t>(value_head) * args.key_dim;
+  ChunkSpan span;
+  int32_t chunks = 0;
+  while (chunks < layout.chunks_per_round &&
+         LocateChunk(args, round, local_sequence, chunks, &span)) {
+    ++chunks;
+  }
+  if (chunks == 0) return;
+  for (int32_t i = threadIdx.x; i < args.key_dim; i += blockDim.x) {
+    float running = z[i];
+    for (int32_t c = 0; c < chunks; ++c) {
+      float* entry = SlotOf(layout, scratch, num_value_heads, local_sequence, c, value_head) +
+                     layout.normalizer + i;
+      const float chunk_sum = *entry;
+      *entry = running;
+      running += chunk_sum;
+    }
+    z[i] = running;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Launch 3: the state through the chunks, and the outputs.
+
+constexpr int kSlabFloats = kChunk * kSlabStride;
+constexpr int kStateSlabFloats = kInterSlab * kTileStride;
+constexpr int kTileFloats = kChunk * kTileStride;
+constexpr int kSlabPerThread = kChunk * kInterSlab / kInterThreads;
+constexpr int kStatePerThread = kInterSlab * kValueTile / kInterThreads;
+constexpr int kScoresPerThread = kChunk * kChunk / kInterThreads;
+// Reads of S0 use the first layout; the output and state update the second.
+constexpr int kInterRegionFloats =
+    std::max(2 * kSlabFloats + kStateSlabFloats, kTileFloats + kSlabFloats);
+
+template <Decay kDecay, bool kDelta, bool kNormalize>
+__global__ void __launch_bounds__(kInterThreads, kInterBlocksPerSm)
+InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
+                 float* scratch) {
+  __shared__ __align__(16) float region[kInterRegionFloats];
+  __shared__ float decay[kChunk];      // b_t, scalar decay
+  __shared__ float decay_up[kChunk];   // exp(b_t), scalar decay
+  __shared__ float decay_down[kChunk];  // exp(b_C - b_t), scalar decay
+  __shared__ float decay_end[kInterSlab];  // b_C per channel of the slab
+  __shared__ float z0[kInterSlab];
+  __shared__ float totals[kInterThreads];
+
+  const int32_t key_dim = args.key_dim;
+  const int32_t value_dim = args.value_dim;
+  const int32_t num_value_heads = args.num_value_heads;
+  const int32_t value_tiles = (value_dim + kValueTile - 1) / kValueTile;
+  const int32_t tile = blockIdx.x % value_tiles;
+  const int32_t value_head = (blockIdx.x / value_tiles) % num_value_heads;
+  const int32_t local_sequence = blockIdx.x / value_tiles / num_value_heads;
+  const int32_t v0 = tile * kValueTile;
+  const int32_t head = value_head / (num_value_heads / args.num_heads);
+  const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
+  const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
+
+  const int ty = threadIdx.x / 8;  // rows ty + 16 i of the output tile
+  const int tx = threadIdx.x % 8;  // columns 4 tx .. 4 tx + 3 of the value tile
+
+  float* q_hat = region;                         // [C, slab] q ⊙ exp(b)
+  float* w = region + kSlabFloats;               // [C, slab] W
+  float* s_slab = region + 2 * kSlabFloats;      // [slab, tile] S0
+  float* u = region;                             // [C, tile] U'
+  float* p = region + kTileFloats;               // [C, C] P
+  float* k_end = region + kTileFloats;           // [C, slab] k ⊙ exp(b_C - b)
+
+  for (int32_t local_chunk = 0; local_chunk < layout.chunks_per_round; ++local_chunk) {
+    ChunkSpan span;
+    if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) break;
+    const int32_t length = span.length;
+    const float* slot =
+        SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
+    float* state = args.states[span.sequence] + static_cast<int64_t>(value_head) * key_dim * value_dim;
+    const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+    const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+    LoadTokenScalars<kDecay, false>(args, span, value_head, decay, nullptr, totals);
+    if (kDecay == Decay::kScalar) {
+      if (threadIdx.x < kChunk) {
+        const int t = threadIdx.x;
+        decay_up[t] = __expf(decay[t]);
+        decay_down[t] = t < length ? __expf(decay[length - 1] - decay[t]) : 0.0f;
+      }
+      __syncthreads();
+    }
+
+    // O = (Q ⊙ exp(b)) S0 and, for the delta rule, X = W S0.
+    float out[4][4] = {};
+    float x[4][4] = {};
+    float q_dot_z[4] = {};
+    for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
+      if (kDecay == Decay::kPerChannel) {
+        LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, q_hat,
+                                                       kSlabStride, totals);
+      }
+      if (kNormalize && threadIdx.x < kInterSlab) {
+        z0[threadIdx.x] =
+            k0 + threadIdx.x < key_dim ? slot[layout.normalizer + k0 + threadIdx.x] : 0.0f;
+      }
+      // Half a slab at a time: its global reads first, then the shared-memory writes.
+#pragma unroll 1
+      for (int half = 0; half < 2; ++half) {
+        constexpr int kCount = kSlabPerThread / 2;
+        float q_values[kCount], w_values[kCount], s_values[kStatePerThread / 2];
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) {
+          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+          const int t = e / kInterSlab;
+          const int c = e % kInterSlab;
+          const bool column = k0 + c < key_dim;
+          q_values[i] = t < length && column ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
+          if (kDelta) {
+            w_values[i] = column ? __ldg(slot + layout.keys + t * key_dim + k0 + c) : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kStatePerThread / 2; ++i) {
+          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
+          const int r = e / kValueTile;
+          const int c = e % kValueTile;
+          const bool inside = k0 + r < key_dim && v0 + c < value_dim;
+          s_values[i] = inside ? state[static_cast<int64_t>(k0 + r) * value_dim + v0 + c] : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) {
+          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+          const int t = e / kInterSlab;
+          const int c = e % kInterSlab;
+          float value = q_values[i];
+          if (kDecay == Decay::kScalar) value *= decay_up[t];
+          if (kDecay == Decay::kPerChannel) value *= __expf(q_hat[t * kSlabStride + c]);
+          q_hat[t * kSlabStride + c] = value;
+          if (kDelta) w[t * kSlabStride + c] = w_values[i];
+        }
+#pragma unroll
+        for (int i = 0; i < kStatePerThread / 2; ++i) {
+          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
+          s_slab[(e / kValueTile) * kTileStride + e % kValueTile] = s_values[i];
+        }
+      }
+      __syncthreads();
+#pragma unroll 1
+      for (int c = 0; c < kInterSlab; c += 4) {
+        float4 qv[4], wv[4], sv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          qv[i] = *reinterpret_cast<const float4*>(&q_hat[(ty + 16 * i) * kSlabStride + c]);
+          if (kDelta) wv[i] = *reinterpret_cast<const float4*>(&w[(ty + 16 * i) * kSlabStride + c]);
+          sv[i] = *reinterpret_cast<const float4*>(&s_slab[(c + i) * kTileStride + 4 * tx]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float qc[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
+          const float wc[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const float sr[4] = {sv[r].x, sv[r].y, sv[r].z, sv[r].w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              out[i][j] = fmaf(qc[r], sr[j], out[i][j]);
+              if (kDelta) x[i][j] = fmaf(wc[r], sr[j], x[i][j]);
+            }
+            if (kNormalize) q_dot_z[i] = fmaf(qc[r], z0[c + r], q_dot_z[i]);
+          }
+        }
+      }
+      __syncthreads();
+    }
+
+    // U' (V for additive writes, U - W S0 for the delta rule), then O += P U'.
+    float p_values[kScoresPerThread];
+#pragma unroll
+    for (int i = 0; i < kScoresPerThread; ++i) {
+      p_values[i] = __ldg(slot + layout.scores + threadIdx.x + i * kInterThreads);
+    }
+    const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = ty + 16 * i;
+      float row[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int32_t col = v0 + 4 * tx + j;
+        float value = 0.0f;
+        if (t < length && col < value_dim) {
+          value = kDelta ? slot[layout.values + t * value_dim + col] - x[i][j] : v[t * v_row + col];
+        }
+        row[j] = value;
+      }
+      *reinterpret_cast<float4*>(&u[t * kTileStride + 4 * tx]) = make_float4(row[0], row[1], row[2], row[3]);
+    }
+#pragma unroll
+    for (int i = 0; i < kScoresPerThread; ++i) {
+      const int e = threadIdx.x + i * kInterThreads;
+      p[(e / kChunk) * kSlabStride + e % kChunk] = p_values[i];
+    }
+    __syncthreads();
+    float row_sum[4] = {};
+    for (int s = 0; s < length; s += 4) {
+      float4 pv[4], uv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        pv[i] = *reinterpret_cast<const float4*>(&p[(ty + 16 * i) * kSlabStride + s]);
+        uv[i] = *reinterpret_cast<const float4*>(&u[(s + i) * kTileStride + 4 * tx]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float pc[4] = {pv[i].x, pv[i].y, pv[i].z, pv[i].w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const float ur[4] = {uv[r].x, uv[r].y, uv[r].z, uv[r].w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) out[i][j] = fmaf(pc[r], ur[j], out[i][j]);
+          if (kNormalize) row_sum[i] += pc[r];
+        }
+      }
+    }
+    float* o = args.o + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = ty + 16 * i;
+      if (t >= length) continue;
+      const float scale = kNormalize ? 1.0f / (q_dot_z[i] + row_sum[i] + args.normalize_eps) : 1.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int32_t col = v0 + 4 * tx + j;
+        if (col < value_dim) o[t * v_row + col] = out[i][j] * scale;
+      }
+    }
+    __syncthreads();
+
+    // S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U', a slab of key rows at a time.
+    const int row0 = 4 * ty;  // rows row0 .. row0 + 3 of the slab; ty < 16 covers 64
+    for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
+      if (kDecay == Decay::kPerChannel) {
+        LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, k_end,
+                                                       kSlabStride, totals);
+        if (threadIdx.x < kInterSlab) {
+          decay_end[threadIdx.x] = k_end[(length - 1) * kSlabStride + threadIdx.x];
+        }
+        __syncthreads();
+      }
+      float k_values[kSlabPerThread], s_old[4][4];
+#pragma unroll
+      for (int i = 0; i < kSlabPerThread; ++i) {
+        const int e = threadIdx.x + i * kInterThreads;
+        const int t = e / kInterSlab;
+        const int c = e % kInterSlab;
+        k_values[i] = t < length && k0 + c < key_dim ? __ldg(k + t * qk_row + k0 + c) : 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int32_t key = k0 + row0 + i;
+          const int32_t col = v0 + 4 * tx + j;
+          s_old[i][j] = key < key_dim && col < value_dim
+                            ? state[static_cast<int64_t>(key) * value_dim + col] : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kSlabPerThread; ++i) {
+        const int e = threadIdx.x + i * kInterThreads;
+        const int t = e / kInterSlab;
+        const int c = e % kInterSlab;
+        float value = k_values[i];
+        if (kDecay == Decay::kScalar) value *= decay_down[t];
+        if (kDecay == Decay::kPerChannel) value *= __expf(decay_end[c] - k_end[t * kSlabStride + c]);
+        k_end[t * kSlabStride + c] = value;
+      }
+      __syncthreads();
+      float acc[4][4] = {};
+      for (int t = 0; t < length; ++t) {
+        const float4 kv = *reinterpret_cast<const float4*>(&k_end[t * kSlabStride + row0]);
+        const float4 uv = *reinterpret_cast<const float4*>(&u[t * kTileStride + 4 * tx]);
+        const float kc[4] = {kv.x, kv.y, kv.z, kv.w};
+        const float uc[4] = {uv.x, uv.y, uv.z, uv.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(kc[i], uc[j], acc[i][j]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int32_t key = k0 + row0 + i;
+        if (key >= key_dim) continue;
+        float factor = 1.0f;
+        if (kDecay == Decay::kScalar) factor = decay_up[length - 1];
+        if (kDecay == Decay::kPerChannel) factor = __expf(decay_end[row0 + i]);
+        float* state_row = state + static_cast<int64_t>(key) * value_dim;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int32_t col = v0 + 4 * tx + j;
+          if (col < value_dim) state_row[col] = fmaf(factor, s_old[i][j], acc[i][j]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The launcher.
+
+bool ArgsValid(const ChunkwiseArgs& args) {
+  if (args.num_sequences < 0 || args.max_seqlen < 0) return false;
+  if (args.num_heads <= 0 || args.num_value_heads <= 0 ||
+      args.num_value_heads % args.num_heads != 0) {
+    return false;
+  }
+  if (args.key_dim <= 0 || args.value_dim <= 0) return false;
+  if (args.num_sequences == 0 || args.max_seqlen == 0) return true;
+  if (!args.q || !args.k || !args.v || !args.o || !args.states || !args.cu_seqlens) return false;
+  if ((args.decay != Decay::kNone) != (args.log_decay != nullptr)) return false;
+  if (args.delta_rule != (args.beta != nullptr)) return false;
+  if (args.normalize) {
+    // z never decays and the delta rule has no normalizer: only plain linear attention.
+    if (!args.normalizers || args.decay != Decay::kNone || args.delta_rule) return false;
+  }
+  return true;
+}
+
+Plan MakePlan(const ChunkwiseArgs& args) {
+  Plan plan;
+  SlotLayout& layout = plan.layout;
+  int64_t offset = int64_t{kChunk} * kChunk;
+  if (args.delta_rule) {
+    layout.keys = offset;
+    offset += int64_t{kChunk} * args.key_dim;
+    layout.values = offset;
+    offset += int64_t{kChunk} * args.value_dim;
+  }
+  if (args.normalize) {
+    layout.normalizer = offset;
+    offset += args.key_dim;
+  }
+  layout.slot_floats = (offset + 3) / 4 * 4;
+  plan.max_chunks = static_cast<int32_t>((int64_t{args.max_seqlen} + kChunk - 1) / kChunk);
+  // One unit: one chunk of one sequence, every value head.
+  const int64_t unit_bytes = layout.slot_floats * 4 * args.num_value_heads;
+  const int64_t units = std::max<int64_t>(1, kScratchBudgetBytes / unit_bytes);
+  const int64_t sequences = args.num_sequences;
+  if (units >= sequences) {
+    plan.sequences_per_round = args.num_sequences;
+    layout.chunks_per_round =
+        static_cast<int32_t>(std::min<int64_t>(plan.max_chunks, units / sequences));
+  } else {
+    plan.sequences_per_round = static_cast<int32_t>(units);
+    layout.chunks_per_round = 1;
+  }
+  return plan;
+}
+
+int64_t ScratchBytes(const Plan& plan, const ChunkwiseArgs& args) {
+  return int64_t{plan.sequences_per_round} * plan.layout.chunks_per_round *
+         args.num_value_heads * plan.layout.slot_floats * 4;
+}
+
+template <Decay kDecay, bool kDelta, bool kNormalize>
+cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scratch,
+                         cudaStream_t stream) {
+  const SlotLayout& layout = plan.layout;
+  // Both kernels are limited by shared memory per multiprocessor: ask for all of it.
+  for (const void* kernel : {reinterpret_cast<const void*>(IntraChunkKernel<kDecay, kDelta, kNormalize>),
+                             reinterpret_cast<const void*>(InterChunkKernel<kDecay, kDelta, kNormalize>)}) {
+    const cudaError_t status = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (status != cudaSuccess) return status;
+  }
+  const int32_t value_tiles = (args.value_dim + kValueTile - 1) / kValueTile;
+  for (int32_t first_sequence = 0; first_sequence < args.num_sequences;
+       first_sequence += plan.sequences_per_round) {
+    const int32_t sequences =
+        std::min(plan.sequences_per_round, args.num_sequences - first_sequence);
+    for (int32_t first_chunk = 0; first_chunk < plan.max_chunks;
+         first_chunk += layout.chunks_per_round) {
+      const Round round{first_sequence, first_chunk};
+      const int32_t chunks = std::min(layout.chunks_per_round, plan.max_chunks - first_chunk);
+      const dim3 intra_grid(sequences * args.num_value_heads, chunks);
+      IntraChunkKernel<kDecay, kDelta, kNormalize>
+          <<<intra_grid, kIntraThreads, 0, stream>>>(args, layout, round, scratch);
+      if (kNormalize) {
+        NormalizerPrefixKernel<<<sequences * args.num_value_heads, 128, 0, stream>>>(
+            args, layout, round, scratch);
+      }
+      InterChunkKernel<kDecay, kDelta, kNormalize>
+          <<<sequences * args.num_value_heads * value_tiles, kInterThreads, 0, stream>>>(
+              args, layout, round, scratch);
+      const cudaError_t status = cudaGetLastError();
+      if (status != cudaSuccess) return status;
+    }
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+int64_t ChunkwiseScratchBytes(const ChunkwiseArgs& args) {
+  if (!ArgsValid(args) || args.num_sequences == 0 || args.max_seqlen == 0) return 0;
+  return ScratchBytes(MakePlan(args), args);
+}
+
+cudaError_t LaunchChunkwise(const ChunkwiseArgs& args, void* scratch, cudaStream_t stream) {
+  if (!ArgsValid(args)) return cudaErrorInvalidValue;
+  if (args.num_sequences == 0 || args.max_seqlen == 0) return cudaSuccess;
+  if (!scratch) return cudaErrorInvalidValue;
+  const Plan plan = MakePlan(args);
+  float* buffer = static_cast<float*>(scratch);
+  if (args.normalize) return LaunchRounds<Decay::kNone, false, true>(args, plan, buffer, stream);
+  switch (args.decay) {
+    case Decay::kNone:
+      return args.delta_rule ? LaunchRounds<Decay::kNone, true, false>(args, plan, buffer, stream)
+                             : LaunchRounds<Decay::kNone, false, false>(args, plan, buffer, stream);
+    case Decay::kScalar:
+      return args.delta_rule
+                 ? LaunchRounds<Decay::kScalar, true, false>(args, plan, buffer, stream)
+                 : LaunchRounds<Decay::kScalar, false, false>(args, plan, buffer, stream);
+    case Decay::kPerChannel:
+      return args.delta_rule
+                 ? LaunchRounds<Decay::kPerChannel, true, false>(args, plan, buffer, stream)
+                 : LaunchRounds<Decay::kPerChannel, false, false>(args, plan, buffer, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace lumen::cuda

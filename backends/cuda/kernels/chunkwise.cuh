@@ -1,0 +1,51 @@
+#pragma once
+// Chunkwise prefill on the GPU: the contract between the CUDA backend, which prepares the
+// inputs, and the kernel, which runs every (sequence, value head) of a call.
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace lumen::cuda {
+
+// How a head's state decays before each token's write (SPEC section 2).
+enum class Decay : int32_t {
+  kNone = 0,        // linear_attn, delta_net
+  kScalar = 1,      // retention, ssd, gated_delta_net: one log-decay per token and head
+  kPerChannel = 2,  // gla, kda: one log-decay per token, head and key channel
+};
+
+// One prefill call, already validated and prepared by the backend. Every pointer is device
+// memory; the tokens of all sequences are concatenated along T.
+struct ChunkwiseArgs {
+  const float* q;          // [T, H, K]; phi, qk_l2norm and scale already applied
+  const float* k;          // [T, H, K]; phi and qk_l2norm already applied
+  const float* v;          // [T, HV, V]
+  const float* log_decay;  // [T, HV] (kScalar) or [T, HV, K] (kPerChannel), <= 0; else null
+  const float* beta;       // [T, HV] in [0, 1] when delta_rule; else null
+  float* o;                // [T, HV, V], written for every token
+  float* const* states;    // [num_sequences] each [HV, K, V] fp32, read and updated in place
+  // [num_sequences] each [HV, K] fp32 (linear_attn's normalizer z), or null when !normalize.
+  float* const* normalizers;
+  const int32_t* cu_seqlens;  // [num_sequences + 1]; a sequence may be empty
+  int32_t num_sequences = 0;
+  int32_t max_seqlen = 0;     // the longest sequence (host-side knowledge, for the grid)
+  int32_t num_heads = 0;        // H
+  int32_t num_value_heads = 0;  // HV, a multiple of H; value head hv reads q/k head hv / (HV / H)
+  int32_t key_dim = 0;          // K, any value the model accepts (1 .. 16384)
+  int32_t value_dim = 0;        // V, likewise
+  Decay decay = Decay::kNone;
+  bool delta_rule = false;      // delta_net, gated_delta_net, kda
+  bool normalize = false;       // o = (S^T q) / (q . z + normalize_eps), z += k per token
+  float normalize_eps = 1e-6f;
+};
+
+// Enqueues the call on `stream` and returns the launch status (cudaGetLastError after the
+// launches). Uses no host synchronisation and allocates nothing, so it can be captured in a
+// CUDA graph. Scratch, if any, comes from `scratch` (`ChunkwiseScratchBytes` bytes, device).
+cudaError_t LaunchChunkwise(const ChunkwiseArgs& args, void* scratch, cudaStream_t stream);
+
+// Device scratch bytes LaunchChunkwise needs for `args` (0 when none).
+int64_t ChunkwiseScratchBytes(const ChunkwiseArgs& args);
+
+}  // namespace lumen::cuda

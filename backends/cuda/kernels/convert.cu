@@ -1,0 +1,74 @@
+// Element-wise conversions; for states, grid y is the session.
+
+#include "backends/cuda/kernels/convert.cuh"
+
+#include "backends/cuda/kernels/layer_math.cuh"
+
+#include <algorithm>
+
+namespace lumen::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int32_t kMaxGridY = 65535;
+
+__global__ void WidenKernel(const void* const* stored, float* const* wide, int64_t count) {
+  const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(stored[blockIdx.y]);
+  float* dst = wide[blockIdx.y];
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * kThreads) {
+    dst[i] = __bfloat162float(src[i]);
+  }
+}
+
+__global__ void NarrowKernel(const float* const* wide, void* const* stored, int64_t count) {
+  const float* src = wide[blockIdx.y];
+  __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(stored[blockIdx.y]);
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * kThreads) {
+    dst[i] = __float2bfloat16_rn(src[i]);
+  }
+}
+
+__global__ void StoreFloatsKernel(const float* src, void* dst, int32_t dtype, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * kThreads) {
+    StoreElement(dst, i, dtype, src[i]);
+  }
+}
+
+dim3 Grid(int64_t count, int32_t n) {
+  const int64_t blocks = std::min<int64_t>((count + kThreads - 1) / kThreads, 1024);
+  return dim3(static_cast<uint32_t>(std::max<int64_t>(blocks, 1)), static_cast<uint32_t>(n));
+}
+
+}  // namespace
+
+cudaError_t LaunchWidenStates(const void* const* stored, float* const* wide, int64_t count,
+                              int32_t n, cudaStream_t stream) {
+  for (int32_t first = 0; first < n; first += kMaxGridY) {
+    WidenKernel<<<Grid(count, std::min(n - first, kMaxGridY)), kThreads, 0, stream>>>(
+        stored + first, wide + first, count);
+    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t LaunchNarrowStates(const float* const* wide, void* const* stored, int64_t count,
+                               int32_t n, cudaStream_t stream) {
+  for (int32_t first = 0; first < n; first += kMaxGridY) {
+    NarrowKernel<<<Grid(count, std::min(n - first, kMaxGridY)), kThreads, 0, stream>>>(
+        wide + first, stored + first, count);
+    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t LaunchStoreFloats(const float* src, void* dst, int32_t dtype, int64_t count,
+                              cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  StoreFloatsKernel<<<Grid(count, 1), kThreads, 0, stream>>>(src, dst, dtype, count);
+  return cudaGetLastError();
+}
+
+}  // namespace lumen::cuda

@@ -1,0 +1,482 @@
+// The recurrent step kernel. A block owns one column tile of one value head of one session:
+// rows split across kRowGroups thread groups, columns across kColumnThreads threads of kVec
+// consecutive columns each (one 16-byte access for fp32 state). Columns of S evolve
+// independently (SPEC section 2), so tiles never talk to each other; the sums over K are
+// block reductions.
+//
+// Per token: o = S_t^T q with S_t = a S + k v^T (additive) or, for the delta rule,
+// S' = a S, u = beta (v - S'^T k), S_t = S' + k u^T and o = S'^T q + (q . k) u, so one
+// reduction of (S'^T k, S'^T q) serves both.
+
+#include "backends/cuda/kernels/recurrent_step.cuh"
+
+#include <algorithm>
+
+namespace lumen::cuda {
+namespace {
+
+constexpr int kBlockThreads = 128;
+constexpr int kColumnThreads = 8;
+constexpr int kRowGroups = kBlockThreads / kColumnThreads;
+constexpr int kWarps = kBlockThreads / kWarpSize;
+// Blocks of the staged kernel resident per SM that registers must allow (each keeps its
+// tile's copies in flight); a 256-row tile's shared memory allows fewer.
+constexpr int StagedBlocksPerSm(int rows) { return rows >= 16 ? 5 : 8; }
+static_assert(kWarpSize % kColumnThreads == 0, "a warp holds whole row groups");
+
+// Sums each of kCount values over the whole block; every thread gets the totals.
+// `scratch` holds kWarps * kCount floats. Starts and ends with a barrier-safe state.
+template <int kCount>
+__device__ __forceinline__ void BlockSum(float (&values)[kCount], float* scratch) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+#pragma unroll
+  for (int j = 0; j < kCount; ++j) values[j] = SumAcrossLaneGroups<1>(values[j]);
+  if (lane == 0) {
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) scratch[warp * kCount + j] = values[j];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kCount; ++j) {
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; ++w) total += scratch[w * kCount + j];
+    values[j] = total;
+  }
+  __syncthreads();
+}
+
+template <int kVec>
+struct StateIo;
+
+template <>
+struct StateIo<4> {
+  __device__ static void Load(const void* base, int64_t index, bool bf16, int valid,
+                              float (&out)[4]) {
+    (void)valid;  // kVec 4 is chosen only when V % 4 == 0: a tile's 4 columns are all valid
+    if (bf16) {
+      const uint2 raw = *reinterpret_cast<const uint2*>(
+          static_cast<const __nv_bfloat16*>(base) + index);
+      const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+      const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+      out[0] = __low2float(lo); out[1] = __high2float(lo);
+      out[2] = __low2float(hi); out[3] = __high2float(hi);
+    } else {
+      const float4 raw = *reinterpret_cast<const float4*>(static_cast<const float*>(base) + index);
+      out[0] = raw.x; out[1] = raw.y; out[2] = raw.z; out[3] = raw.w;
+    }
+  }
+  __device__ static void Store(void* base, int64_t index, bool bf16, int valid,
+                               const float (&in)[4]) {
+    (void)valid;
+    if (bf16) {
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(in[0], in[1]);
+      const __nv_bfloat162 hi = __floats2bfloat162_rn(in[2], in[3]);
+      uint2 raw;
+      raw.x = *reinterpret_cast<const uint32_t*>(&lo);
+      raw.y = *reinterpret_cast<const uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(base) + index) = raw;
+    } else {
+      *reinterpret_cast<float4*>(static_cast<float*>(base) + index) =
+          make_float4(in[0], in[1], in[2], in[3]);
+    }
+  }
+};
+
+template <>
+struct StateIo<1> {
+  __device__ static void Load(const void* base, int64_t index, bool bf16, int valid,
+                              float (&out)[1]) {
+    out[0] = valid > 0 ? LoadElement(base, index, bf16 ? kBFloat16 : kFloat32) : 0.0f;
+  }
+  __device__ static void Store(void* base, int64_t index, bool bf16, int valid,
+                               const float (&in)[1]) {
+    if (valid > 0) StoreElement(base, index, bf16 ? kBFloat16 : kFloat32, in[0]);
+  }
+};
+
+// kRows rows per thread per chunk of kRowGroups * kRows rows. kSingleChunk: K fits in one
+// chunk, so the tile is read once and written once. With 16-byte column groups it is copied
+// into shared memory asynchronously (kStaged): the bytes in flight are then bounded by shared
+// memory, not by registers, and the registers stay few enough for many blocks per SM. Else
+// it is held in registers.
+template <int kVec, int kRows, bool kSingleChunk>
+__global__ void __launch_bounds__(kBlockThreads, kSingleChunk && kVec == 4 ? StagedBlocksPerSm(kRows) : 1)
+RecurrentStepKernel(const StepArgs args, const StepStates states) {
+  constexpr int kChunk = kRowGroups * kRows;
+  constexpr int kTileColumns = kColumnThreads * kVec;
+  constexpr bool kStaged = kSingleChunk && kVec == 4;
+  __shared__ float q_s[kChunk], k_s[kChunk], a_s[kChunk];
+  // The state tile, [kChunk, kTileColumns] in the stored dtype (fp32 or bf16).
+  __shared__ __align__(16) float staged[kStaged ? kChunk * kTileColumns : 1];
+  __shared__ float partial[kWarps][2 * kTileColumns];
+  __shared__ float column_sum[2 * kTileColumns];
+  __shared__ float reduce_scratch[kWarps * 2];
+
+  const LayerConfig& layer = args.layer;
+  const int32_t K = layer.key_dim, V = layer.value_dim;
+  const int32_t HV = layer.num_value_heads, H = layer.num_heads;
+  const int32_t tiles = (V + kTileColumns - 1) / kTileColumns;
+  const int32_t tile = blockIdx.x % tiles;
+  const int32_t hv = blockIdx.x / tiles;
+  const int32_t session = blockIdx.y;
+  const int32_t h = hv / (HV / H);
+
+  const int64_t t = args.first_session + session;  // the session's token
+
+  const int tid = threadIdx.x;
+  const int c = tid % kColumnThreads;
+  const int r = tid / kColumnThreads;
+  const int32_t col = tile * kTileColumns + c * kVec;
+  const int valid = min(kVec, V - col);  // columns of this thread inside V (may be <= 0)
+  const bool bf16 = args.state_bf16;
+
+  // State and normalizer of this head, in the stored dtype: [K, V] and [K].
+  void* block = states.layer_state[session];
+  const int64_t elem = bf16 ? 2 : 4;
+  char* matrix = static_cast<char*>(block) + static_cast<int64_t>(hv) * K * V * elem;
+  const char* normalizer =
+      static_cast<char*>(block) + (static_cast<int64_t>(HV) * K * V + int64_t{hv} * K) * elem;
+
+  // Where row j (of the chunk) of this thread's columns sits in the staged tile.
+  auto tile_at = [&](int j) {
+    return reinterpret_cast<char*>(staged) + (int64_t{j} * kTileColumns + c * kVec) * elem;
+  };
+  float s[kRows][kVec];
+  if (kStaged) {
+    // Start every state copy first: they are the bytes this kernel exists to move.
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      const int32_t i = r + kRowGroups * m;
+      if (i < K && valid > 0) {
+        const char* source = matrix + (int64_t{i} * V + col) * elem;
+        bf16 ? CopyAsync<4 * 2>(tile_at(i), source) : CopyAsync<4 * 4>(tile_at(i), source);
+      }
+    }
+    CopyAsyncCommit();
+  } else if (kSingleChunk) {
+    // Issue every state load first: they are the bytes this kernel exists to move.
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      const int32_t i = r + kRowGroups * m;
+      if (i < K && valid > 0) {
+        StateIo<kVec>::Load(matrix, int64_t{i} * V + col, bf16, valid, s[m]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) s[m][e] = 0.0f;
+      }
+    }
+  }
+
+  const RawInputs& in = args.inputs;
+  const int64_t qk_row = (t * H + h) * K;  // [T, H, K]
+  const int64_t g_row = (t * HV + hv) * K;  // [T, HV, K], per-channel gates
+
+  // Raw q, k and per-channel g of rows [base, base + kChunk) into shared memory; returns this
+  // thread's share of sum(q^2) and sum(k^2). Each thread later transforms the very elements
+  // it loaded, so no barrier separates the two.
+  auto load_raw = [&](int32_t base, float& q_squares, float& k_squares) {
+    for (int32_t j = tid; j < kChunk; j += kBlockThreads) {
+      const int32_t i = base + j;
+      float q = 0.0f, k = 0.0f, g = 0.0f;
+      if (i < K) {
+        q = LoadElement(in.q, qk_row + i, in.dtype);
+        k = LoadElement(in.k, qk_row + i, in.dtype);
+        if (layer.gate == kGatePerChannel) g = LoadElement(in.g, g_row + i, in.dtype);
+      }
+      q_squares += q * q;
+      k_squares += k * k;
+      q_s[j] = q;
+      k_s[j] = k;
+      a_s[j] = g;
+    }
+  };
+
+  float norms[2] = {0.0f, 0.0f};  // sum(q^2), sum(k^2) over K
+  if (kSingleChunk) {
+    load_raw(0, norms[0], norms[1]);  // in flight together with the state loads
+  } else if (layer.qk_l2norm) {
+    for (int32_t i = tid; i < K; i += kBlockThreads) {
+      const float q = LoadElement(in.q, qk_row + i, in.dtype);
+      const float k = LoadElement(in.k, qk_row + i, in.dtype);
+      norms[0] += q * q;
+      norms[1] += k * k;
+    }
+  }
+
+  float v[kVec];
+  const int64_t vo_row = (t * HV + hv) * V;  // [T, HV, V]
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) {
+    v[e] = e < valid ? LoadElement(in.v, vo_row + col + e, in.dtype) : 0.0f;
+  }
+  float beta = 0.0f;
+  if (layer.delta_rule) beta = PreparedBeta(layer, LoadElement(in.beta, t * HV + hv, in.dtype));
+  float scalar_decay = 1.0f;
+  if (layer.fixed_log_decay != nullptr) {
+    scalar_decay = expf(layer.fixed_log_decay[hv]);
+  } else if (layer.gate == kGateScalar) {
+    scalar_decay = expf(LogDecay(layer, LoadElement(in.g, t * HV + hv, in.dtype), hv, 0));
+  }
+
+  float q_norm = 1.0f, k_norm = 1.0f;
+  if (layer.qk_l2norm) {
+    BlockSum(norms, reduce_scratch);
+    q_norm = L2NormFactor(layer, norms[0]);
+    k_norm = L2NormFactor(layer, norms[1]);
+  }
+
+  float dots[2] = {0.0f, 0.0f};  // q.k and q.(z + k), this thread's rows until summed
+
+  // Prepared q, k and row decays of rows [base, base + kChunk) in shared memory, from the raw
+  // values load_raw put there; with `count_dots`, adds this thread's share of q.k and
+  // q.(z + k) to `dots`. Ends with a barrier.
+  auto stage = [&](int32_t base, bool count_dots) {
+    if (!kSingleChunk) {
+      float unused_q = 0.0f, unused_k = 0.0f;
+      load_raw(base, unused_q, unused_k);
+    }
+    for (int32_t j = tid; j < kChunk; j += kBlockThreads) {
+      const int32_t i = base + j;
+      float q = 0.0f, k = 0.0f, a = 1.0f;
+      if (i < K) {
+        q = PreparedQueryKey(layer, q_s[j], q_norm, layer.scale);
+        k = PreparedQueryKey(layer, k_s[j], k_norm, 1.0f);
+        a = layer.gate == kGatePerChannel ? expf(LogDecay(layer, a_s[j], hv, i)) : scalar_decay;
+        if (count_dots) {
+          dots[0] += q * k;
+          if (layer.normalize) {
+            dots[1] += q * (LoadElement(normalizer, i, bf16 ? kBFloat16 : kFloat32) + k);
+          }
+        }
+      }
+      q_s[j] = q;
+      k_s[j] = k;
+      a_s[j] = a;
+    }
+    __syncthreads();
+  };
+
+  float sum_k[kVec], sum_q[kVec];  // S'^T k and S'^T q (delta); S_t^T q in sum_q (additive)
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) sum_k[e] = sum_q[e] = 0.0f;
+
+  if (kStaged) CopyAsyncWaitAll();  // this thread's own rows of the tile have arrived
+
+  // Pass 1: decay, and the additive write; partial sums over this thread's rows.
+  const int32_t pass_end = kSingleChunk ? 1 : K;  // one chunk, known at compile time
+  for (int32_t base = 0; base < pass_end; base += kChunk) {
+    if (!kSingleChunk && base > 0) __syncthreads();  // the previous chunk's reads are done
+    stage(base, true);
+    if constexpr (kStaged) {
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const int j = r + kRowGroups * m;
+        if (j >= K || valid <= 0) continue;
+        float row[kVec];
+        StateIo<kVec>::Load(tile_at(j), 0, bf16, valid, row);
+        const float a = a_s[j], k = k_s[j], q = q_s[j];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          if (layer.delta_rule) {
+            row[e] *= a;
+            sum_k[e] += k * row[e];
+            sum_q[e] += q * row[e];
+          } else {
+            row[e] = a * row[e] + k * v[e];
+            sum_q[e] += q * row[e];
+          }
+        }
+        if (!layer.delta_rule) {
+          StateIo<kVec>::Store(matrix, int64_t{j} * V + col, bf16, valid, row);
+        }
+      }
+    } else {
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      const int j = r + kRowGroups * m;
+      const int32_t i = base + j;
+      if (!kSingleChunk) {
+        if (i < K && valid > 0) {
+          StateIo<kVec>::Load(matrix, int64_t{i} * V + col, bf16, valid, s[m]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) s[m][e] = 0.0f;
+        }
+      }
+      const float a = a_s[j], k = k_s[j], q = q_s[j];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        if (layer.delta_rule) {
+          s[m][e] *= a;
+          sum_k[e] += k * s[m][e];
+          sum_q[e] += q * s[m][e];
+        } else {
+          s[m][e] = a * s[m][e] + k * v[e];
+          sum_q[e] += q * s[m][e];
+        }
+      }
+      if (!kSingleChunk && !layer.delta_rule && i < K && valid > 0) {
+        StateIo<kVec>::Store(matrix, int64_t{i} * V + col, bf16, valid, s[m]);
+      }
+    }
+    }
+  }
+
+  // Sums over rows: lanes of one column group, then warps.
+  const int lane = tid % kWarpSize;
+  const int warp = tid / kWarpSize;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) {
+    sum_k[e] = SumAcrossLaneGroups<kColumnThreads>(sum_k[e]);
+    sum_q[e] = SumAcrossLaneGroups<kColumnThreads>(sum_q[e]);
+  }
+  if (lane < kColumnThreads) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      partial[warp][2 * (c * kVec + e)] = sum_k[e];
+      partial[warp][2 * (c * kVec + e) + 1] = sum_q[e];
+    }
+  }
+  BlockSum(dots, reduce_scratch);  // its barriers also publish `partial`
+  if (tid < 2 * kTileColumns) {
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; ++w) total += partial[w][tid];
+    column_sum[tid] = total;
+  }
+  __syncthreads();
+
+  float out[kVec], u[kVec];
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) {
+    const float k_dot = column_sum[2 * (c * kVec + e)];
+    const float q_dot = column_sum[2 * (c * kVec + e) + 1];
+    u[e] = beta * (v[e] - k_dot);
+    out[e] = layer.delta_rule ? q_dot + dots[0] * u[e] : q_dot;
+    if (layer.normalize) out[e] /= dots[1] + layer.normalize_eps;
+  }
+
+  // Pass 2: the delta write, S_t = S' + k u^T, then every state store.
+  if constexpr (kStaged) {
+    if (layer.delta_rule) {
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const int j = r + kRowGroups * m;
+        if (j >= K || valid <= 0) continue;
+        float row[kVec];
+        StateIo<kVec>::Load(tile_at(j), 0, bf16, valid, row);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) row[e] = a_s[j] * row[e] + k_s[j] * u[e];
+        StateIo<kVec>::Store(matrix, int64_t{j} * V + col, bf16, valid, row);
+      }
+    }
+  } else if (kSingleChunk) {
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      const int32_t i = r + kRowGroups * m;
+      if (layer.delta_rule) {
+        const float k = k_s[i];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) s[m][e] += k * u[e];
+      }
+      if (i < K && valid > 0) StateIo<kVec>::Store(matrix, int64_t{i} * V + col, bf16, valid, s[m]);
+    }
+  } else if (layer.delta_rule) {
+    for (int32_t base = 0; base < K; base += kChunk) {
+      __syncthreads();
+      stage(base, false);
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const int j = r + kRowGroups * m;
+        const int32_t i = base + j;
+        if (i >= K || valid <= 0) continue;
+        float row[kVec];
+        StateIo<kVec>::Load(matrix, int64_t{i} * V + col, bf16, valid, row);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) row[e] = a_s[j] * row[e] + k_s[j] * u[e];
+        StateIo<kVec>::Store(matrix, int64_t{i} * V + col, bf16, valid, row);
+      }
+    }
+  }
+
+  if (r == 0) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      if (e < valid) StoreElement(args.o, vo_row + col + e, args.out_dtype, out[e]);
+    }
+  }
+}
+
+// z += phi(l2norm(k)) for each session's token and value head: after the step kernel, which
+// read the old z in every column tile.
+__global__ void __launch_bounds__(kBlockThreads)
+NormalizerUpdateKernel(const StepArgs args, const StepStates states) {
+  __shared__ float reduce_scratch[kWarps * 2];
+  const LayerConfig& layer = args.layer;
+  const int32_t K = layer.key_dim, V = layer.value_dim;
+  const int32_t HV = layer.num_value_heads, H = layer.num_heads;
+  const int32_t hv = blockIdx.x;
+  const int32_t session = blockIdx.y;
+  const int32_t h = hv / (HV / H);
+  const int64_t t = args.first_session + session;
+  const RawInputs& in = args.inputs;
+  const int64_t qk_row = (t * H + h) * K;
+  float k_norm = 1.0f;
+  if (layer.qk_l2norm) {
+    float sums[2] = {0.0f, 0.0f};
+    for (int32_t i = threadIdx.x; i < K; i += kBlockThreads) {
+      const float k = LoadElement(in.k, qk_row + i, in.dtype);
+      sums[0] += k * k;
+    }
+    BlockSum(sums, reduce_scratch);
+    k_norm = L2NormFactor(layer, sums[0]);
+  }
+  const int32_t dtype = args.state_bf16 ? kBFloat16 : kFloat32;
+  void* z = static_cast<char*>(states.layer_state[session]) +
+            (static_cast<int64_t>(HV) * K * V + int64_t{hv} * K) * (args.state_bf16 ? 2 : 4);
+  for (int32_t i = threadIdx.x; i < K; i += kBlockThreads) {
+    const float k = PreparedQueryKey(layer, LoadElement(in.k, qk_row + i, in.dtype), k_norm, 1.0f);
+    StoreElement(z, i, dtype, LoadElement(z, i, dtype) + k);
+  }
+}
+
+template <int kVec, int kRows, bool kSingleChunk>
+cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t stream) {
+  const int32_t tile_columns = kColumnThreads * kVec;
+  const int64_t tiles = (args.layer.value_dim + tile_columns - 1) / tile_columns;
+  const dim3 grid(static_cast<uint32_t>(tiles * args.layer.num_value_heads),
+                  static_cast<uint32_t>(args.num_sessions));
+  RecurrentStepKernel<kVec, kRows, kSingleChunk><<<grid, kBlockThreads, 0, stream>>>(args, states);
+  return cudaGetLastError();
+}
+
+// The one dispatch switch: 16-byte column groups when V allows them, rows held in registers
+// when K fits (K up to 32, 64, 128, 256), else the chunked path for any K.
+template <int kVec>
+cudaError_t LaunchForKeyDim(const StepArgs& args, const StepStates& states,
+                            cudaStream_t stream) {
+  const int32_t K = args.layer.key_dim;
+  if (K <= kRowGroups * 2) return Launch<kVec, 2, true>(args, states, stream);
+  if (K <= kRowGroups * 4) return Launch<kVec, 4, true>(args, states, stream);
+  if (K <= kRowGroups * 8) return Launch<kVec, 8, true>(args, states, stream);
+  if (K <= kRowGroups * 16) return Launch<kVec, 16, true>(args, states, stream);
+  return Launch<kVec, 8, false>(args, states, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchRecurrentStep(const StepArgs& args, const StepStates& states,
+                                cudaStream_t stream) {
+  if (args.num_sessions == 0) return cudaSuccess;
+  // Every head's slice starts 16-byte aligned when V % 4 == 0 (blocks are 64-byte aligned).
+  const bool vectorised = args.layer.value_dim % 4 == 0;
+  cudaError_t error = vectorised ? LaunchForKeyDim<4>(args, states, stream)
+                                 : LaunchForKeyDim<1>(args, states, stream);
+  if (error != cudaSuccess || !args.layer.normalize) return error;
+  const dim3 grid(static_cast<uint32_t>(args.layer.num_value_heads),
+                  static_cast<uint32_t>(args.num_sessions));
+  NormalizerUpdateKernel<<<grid, kBlockThreads, 0, stream>>>(args, states);
+  return cudaGetLastError();
+}
+
+}  // namespace lumen::cuda

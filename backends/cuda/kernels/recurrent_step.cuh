@@ -1,0 +1,37 @@
+#pragma once
+// The recurrent form on the GPU: one token for each of a list of sessions (a step or a
+// batched step), with the input preparation fused in. Decode is bound by memory bandwidth,
+// so every state element is read once and written once, in 16-byte accesses.
+
+#include <cstdint>
+
+#include "backends/cuda/gpu_compat.cuh"
+#include "backends/cuda/kernels/layer_math.cuh"
+
+namespace lumen::cuda {
+
+// Sessions one launch takes; their state pointers travel by value in the kernel's
+// parameters, so a launch needs no device-side table and can be captured in a CUDA graph.
+inline constexpr int32_t kStepSessionsPerLaunch = 256;
+
+struct StepStates {
+  void* layer_state[kStepSessionsPerLaunch];  // each: matrix [HV, K, V] then z [HV, K]
+};
+
+struct StepArgs {
+  LayerConfig layer;
+  RawInputs inputs;
+  void* o = nullptr;  // [T, HV, V]
+  int32_t out_dtype = kFloat32;
+  bool state_bf16 = false;
+  int32_t num_sessions = 0;   // <= kStepSessionsPerLaunch
+  int32_t first_session = 0;  // session s of this launch reads token first_session + s
+};
+
+// Enqueues one token for each session of `args` on `stream`: the state update, o, and for a
+// normalised layer the normalizer update (a second, small launch). No allocation, no
+// synchronisation. Returns the launch status.
+cudaError_t LaunchRecurrentStep(const StepArgs& args, const StepStates& states,
+                                cudaStream_t stream);
+
+}  // namespace lumen::cuda

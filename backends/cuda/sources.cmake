@@ -1,0 +1,10 @@
+# The CUDA backend's sources, compiled into lumen_objects when LUMEN_ENABLE_CUDA is on.
+set(LUMEN_CUDA_DIR ${PROJECT_SOURCE_DIR}/backends/cuda)
+set(LUMEN_CUDA_SOURCES
+  ${LUMEN_CUDA_DIR}/cuda_backend.cu
+  ${LUMEN_CUDA_DIR}/state_pool.cu
+  ${LUMEN_CUDA_DIR}/kernels/recurrent_step.cu
+  ${LUMEN_CUDA_DIR}/kernels/prepare_inputs.cu
+  ${LUMEN_CUDA_DIR}/kernels/convert.cu
+  ${LUMEN_CUDA_DIR}/kernels/chunkwise.cu
+)

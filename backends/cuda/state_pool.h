@@ -1,0 +1,50 @@
+#pragma once
+// Session state blocks in device memory: slots cut from large allocations, grown on demand,
+// so that creating and destroying sessions costs no cudaMalloc each.
+
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lumen::cuda {
+
+class StatePool {
+ public:
+  explicit StatePool(int32_t device) : device_(device) {}
+  ~StatePool();
+  StatePool(const StatePool&) = delete;
+  StatePool& operator=(const StatePool&) = delete;
+
+  // A zero-filled block of at least `bytes` bytes, 256-byte aligned. Out of device memory is
+  // LUMEN_ERROR_OUT_OF_MEMORY with a message. The caller has the device current and no
+  // kernel of its own still running on a freed slot (the backend waits first).
+  absl::StatusOr<void*> Take(int64_t bytes);
+
+  // Gives a block back; its bytes are zeroed in a batch before the slot is handed out again.
+  void Give(void* block);
+
+  int64_t reserved_bytes() const { return reserved_bytes_; }
+
+ private:
+  struct SizeClass {
+    std::vector<void*> clean;  // zero-filled, ready to hand out
+    std::vector<void*> dirty;  // given back, not yet zeroed
+    int64_t next_chunk_slots = 0;
+  };
+
+  // Zeroes every dirty slot of the class in one batch (one wait for the device).
+  absl::Status Clean(int64_t slot_bytes, SizeClass& size_class);
+  // Adds a chunk of slots (zeroed) to the class.
+  absl::Status Grow(int64_t slot_bytes, SizeClass& size_class);
+
+  int32_t device_;
+  std::map<int64_t, SizeClass> classes_;              // by slot size
+  std::unordered_map<void*, int64_t> slot_bytes_of_;  // every slot handed out
+  std::vector<void*> chunks_;                         // the cudaMalloc'd memory
+  int64_t reserved_bytes_ = 0;
+};
+
+}  // namespace lumen::cuda
