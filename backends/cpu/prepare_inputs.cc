@@ -30,14 +30,29 @@ float FeatureMapValue(FeatureMap map, float x) {
   }
 }
 
+// One part's values after the convolution, fp32: the caller's buffer itself when it is fp32
+// and the layer has no convolution, else `storage`.
+const float* LoadPart(const LayerSpec& spec, const LayerRun& run, int32_t part, const void* src,
+                      int64_t count, std::vector<float>* storage, PreparedInputs* out) {
+  const int32_t dtype = run.inputs->dtype;
+  if (spec.conv_size == 0) return AsFloats(src, count, dtype, storage);
+  const float* raw = AsFloats(src, count, dtype, &out->conv_input);
+  storage->resize(count);
+  ConvolvePart(spec, run, part, raw, storage->data(), &out->next_windows[part],
+               &out->conv_scratch);
+  return storage->data();
+}
+
 // q or k: l2norm (optional), then the feature map, then the scale, per row of K.
-const float* PrepareQueryOrKey(const LayerSpec& spec, const void* src, int64_t tokens,
-                               int32_t dtype, float scale, std::vector<float>* storage) {
-  const int64_t count = tokens * spec.num_heads * spec.key_dim;
+const float* PrepareQueryOrKey(const LayerSpec& spec, const LayerRun& run, int32_t part,
+                               const void* src, float scale, std::vector<float>* storage,
+                               PreparedInputs* out) {
+  const int64_t count = run.num_tokens() * spec.num_heads * spec.key_dim;
+  const float* values = LoadPart(spec, run, part, src, count, storage, out);
   const bool transforms = spec.qk_l2norm || spec.feature_map != FeatureMap::kIdentity ||
                           scale != 1.0f;
-  if (!transforms) return AsFloats(src, count, dtype, storage);
-  LoadFloats(src, count, dtype, storage);
+  if (!transforms) return values;
+  if (values != storage->data()) storage->assign(values, values + count);
   const int64_t dim = spec.key_dim;
   for (float* row = storage->data(); row < storage->data() + count; row += dim) {
     float factor = scale;
@@ -63,15 +78,16 @@ float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 }  // namespace
 
-void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int64_t tokens,
-                   PreparedInputs* out) {
+void PrepareInputs(const LayerSpec& spec, const LayerRun& run, PreparedInputs* out) {
+  const lumen_layer_inputs& inputs = *run.inputs;
   const int32_t dtype = inputs.dtype;
-  out->q = PrepareQueryOrKey(spec, inputs.q, tokens, dtype, spec.scale, &out->q_storage);
-  out->k = PrepareQueryOrKey(spec, inputs.k, tokens, dtype, 1.0f, &out->k_storage);
-  out->v = AsFloats(inputs.v, tokens * spec.num_value_heads * spec.value_dim, dtype,
-                    &out->v_storage);
+  const int64_t tokens = run.num_tokens();
+  out->q = PrepareQueryOrKey(spec, run, kConvQ, inputs.q, spec.scale, &out->q_storage, out);
+  out->k = PrepareQueryOrKey(spec, run, kConvK, inputs.k, 1.0f, &out->k_storage, out);
 
   const int64_t heads = spec.num_value_heads;
+  // Mamba-2 (ssd with gate_raw) scales each head's write by its dt.
+  const bool mamba2 = spec.family == Family::kSsd && spec.gate_raw;
   if (spec.family == Family::kRetention) {
     out->g_storage.resize(heads);
     for (int64_t h = 0; h < heads; ++h) out->g_storage[h] = std::log(spec.decay[h]);
@@ -82,6 +98,7 @@ void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int6
     out->g_token_stride = per_token;
     if (spec.gate_raw) {
       LoadFloats(inputs.g, tokens * per_token, dtype, &out->g_storage);
+      if (mamba2) out->dt_storage.resize(tokens * heads);
       const int64_t per_head = per_token / heads;  // 1 (scalar gate) or K (vector gate)
       const int64_t bias_per_head = static_cast<int64_t>(spec.dt_bias.size()) / heads;
       for (int64_t t = 0; t < tokens; ++t) {
@@ -90,7 +107,9 @@ void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int6
           const float a = -std::exp(spec.a_log[h]);
           for (int64_t i = 0; i < per_head; ++i) {
             const float bias = spec.dt_bias[h * bias_per_head + (bias_per_head == 1 ? 0 : i)];
-            g[h * per_head + i] = a * Softplus(g[h * per_head + i] + bias);
+            const float dt = Softplus(g[h * per_head + i] + bias);
+            g[h * per_head + i] = a * dt;
+            if (mamba2) out->dt_storage[t * heads + h] = dt;
           }
         }
       }
@@ -101,6 +120,23 @@ void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int6
   } else {
     out->g = nullptr;
     out->g_token_stride = 0;
+  }
+
+  const int64_t value_dim = spec.value_dim;
+  const int64_t v_count = tokens * heads * value_dim;
+  const float* x = LoadPart(spec, run, kConvV, inputs.v, v_count, &out->x_storage, out);
+  out->skip_x = mamba2 && !spec.d_skip.empty() ? x : nullptr;
+  if (mamba2) {
+    out->v_storage.resize(v_count);
+    for (int64_t row = 0; row < tokens * heads; ++row) {
+      const float dt = out->dt_storage[row];
+      for (int64_t j = 0; j < value_dim; ++j) {
+        out->v_storage[row * value_dim + j] = x[row * value_dim + j] * dt;
+      }
+    }
+    out->v = out->v_storage.data();
+  } else {
+    out->v = x;
   }
 
   if (spec.delta_rule()) {
@@ -114,6 +150,13 @@ void PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs, int6
     }
   } else {
     out->beta = nullptr;
+  }
+}
+
+void CommitConvWindows(const LayerSpec& spec, const LayerRun& run, const PreparedInputs& in) {
+  if (spec.conv_size == 0) return;
+  for (int32_t part = 0; part < kNumConvParts; ++part) {
+    StoreConvWindows(spec, run, part, in.next_windows[part]);
   }
 }
 
