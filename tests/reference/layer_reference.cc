@@ -721,7 +721,7 @@ lumen_status ReadConvState(const lumen_session* session, int32_t layer_index,
                            const RefLayer& layer, std::vector<float> conv[3]) {
   for (int part = 0; part < 3; ++part) {
     conv[part].assign(layer.ConvCount(part), std::numeric_limits<float>::quiet_NaN());
-    if (layer.conv_size == 0) continue;
+    if (conv[part].empty()) continue;  // no convolution, or W = 1: no window
     const lumen_status st =
         lumen_session_read_state(session, layer_index, LUMEN_STATE_CONV_Q + part,
                                  conv[part].data(), layer.ConvCount(part));
@@ -733,6 +733,7 @@ lumen_status ReadConvState(const lumen_session* session, int32_t layer_index,
 lumen_status WriteConvState(lumen_session* session, int32_t layer_index, const RefLayer& layer,
                             const std::vector<float> conv[3]) {
   for (int part = 0; part < 3 && layer.conv_size > 0; ++part) {
+    if (conv[part].empty()) continue;  // W = 1: no window
     const lumen_status st =
         lumen_session_write_state(session, layer_index, LUMEN_STATE_CONV_Q + part,
                                   conv[part].data(), static_cast<int64_t>(conv[part].size()));
