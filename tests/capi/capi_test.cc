@@ -947,7 +947,11 @@ TEST_CASE("engine creation: backends and options", "[capi]") {
 // A three-layer model: a scalar-gated delta layer, a normalizing linear attention layer (so a
 // normalizer exists), and kda with raw gates (parameters).
 std::vector<RefLayer> FailureLayers() {
+  // Layer 0, which most failing calls target, carries conv windows that must not change.
   RefLayer gdn = Layer(LUMEN_FAMILY_GATED_DELTA_NET, 2, 4, 8, 6);
+  gdn.conv_size = 4;
+  std::mt19937 rng(7);
+  RandomParams(&gdn, rng);
   RefLayer la = Layer(LUMEN_FAMILY_LINEAR_ATTN, 1, 1, 5, 7);
   la.feature_map = LUMEN_FEATURE_MAP_ELU1;
   la.normalize = true;
@@ -978,10 +982,12 @@ struct Snapshot {
 Snapshot Take(const lumen_session* s, const std::vector<RefLayer>& layers) {
   Snapshot snap;
   for (int32_t i = 0; i < static_cast<int32_t>(layers.size()); ++i) {
-    std::vector<float> m, z;
+    std::vector<float> m, z, conv[3];
     REQUIRE(ReadState(s, i, layers[i], &m, &z) == LUMEN_OK);
+    REQUIRE(ReadConvState(s, i, layers[i], conv) == LUMEN_OK);
     snap.parts.push_back(m);
     snap.parts.push_back(z);
+    for (const std::vector<float>& window : conv) snap.parts.push_back(window);
     int64_t t = -1;
     REQUIRE(lumen_session_tokens(s, i, &t) == LUMEN_OK);
     snap.tokens.push_back(t);
@@ -1007,9 +1013,11 @@ struct World {
       sessions.push_back(MakeSession(engine.get(), &error));
       REQUIRE(sessions.back());
       for (int32_t i = 0; i < 3; ++i) {
-        std::vector<float> m, z;
+        std::vector<float> m, z, conv[3];
         RandomState(layers[i], rng, &m, &z);
+        RandomConvState(layers[i], rng, conv);
         REQUIRE(WriteState(sessions.back().get(), i, layers[i], m, z) == LUMEN_OK);
+        REQUIRE(WriteConvState(sessions.back().get(), i, layers[i], conv) == LUMEN_OK);
         OutputBuffer out;
         REQUIRE(RunSession(sessions.back().get(), i, layers[i],
                            EncodeTokens(RandomTokens(layers[i], 2 + j + i, rng),
