@@ -133,7 +133,7 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   // Everything that allocates happens here, before any state changes, so that running out
   // of memory leaves every session as it was.
   try {
-    PrepareInputs(spec, run, &prepared_);
+    PrepareInputs(spec, run, pool_, &prepared_);
     if (!direct_output) output_scratch_.resize(out_count);
     for (SlotScratch& scratch : scratch_) {
       if (spec.state_dtype != DType::kFloat32) {

@@ -32,23 +32,24 @@ float FeatureMapValue(FeatureMap map, float x) {
 
 // One part's values after the convolution, fp32: the caller's buffer itself when it is fp32
 // and the layer has no convolution, else `storage`.
-const float* LoadPart(const LayerSpec& spec, const LayerRun& run, int32_t part, const void* src,
-                      int64_t count, std::vector<float>* storage, PreparedInputs* out) {
+const float* LoadPart(const LayerSpec& spec, const LayerRun& run, ThreadPool& pool, int32_t part,
+                      const void* src, int64_t count, std::vector<float>* storage,
+                      PreparedInputs* out) {
   const int32_t dtype = run.inputs->dtype;
   if (spec.conv_size == 0) return AsFloats(src, count, dtype, storage);
   const float* raw = AsFloats(src, count, dtype, &out->conv_input);
   storage->resize(count);
   ConvolvePart(spec, run, part, raw, storage->data(), &out->next_windows[part],
-               &out->conv_scratch);
+               &out->conv_scratch, pool);
   return storage->data();
 }
 
 // q or k: l2norm (optional), then the feature map, then the scale, per row of K.
-const float* PrepareQueryOrKey(const LayerSpec& spec, const LayerRun& run, int32_t part,
-                               const void* src, float scale, std::vector<float>* storage,
-                               PreparedInputs* out) {
+const float* PrepareQueryOrKey(const LayerSpec& spec, const LayerRun& run, ThreadPool& pool,
+                               int32_t part, const void* src, float scale,
+                               std::vector<float>* storage, PreparedInputs* out) {
   const int64_t count = run.num_tokens() * spec.num_heads * spec.key_dim;
-  const float* values = LoadPart(spec, run, part, src, count, storage, out);
+  const float* values = LoadPart(spec, run, pool, part, src, count, storage, out);
   const bool transforms = spec.qk_l2norm || spec.feature_map != FeatureMap::kIdentity ||
                           scale != 1.0f;
   if (!transforms) return values;
@@ -78,12 +79,14 @@ float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 }  // namespace
 
-void PrepareInputs(const LayerSpec& spec, const LayerRun& run, PreparedInputs* out) {
+void PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPool& pool,
+                   PreparedInputs* out) {
   const lumen_layer_inputs& inputs = *run.inputs;
   const int32_t dtype = inputs.dtype;
   const int64_t tokens = run.num_tokens();
-  out->q = PrepareQueryOrKey(spec, run, kConvQ, inputs.q, spec.scale, &out->q_storage, out);
-  out->k = PrepareQueryOrKey(spec, run, kConvK, inputs.k, 1.0f, &out->k_storage, out);
+  out->q = PrepareQueryOrKey(spec, run, pool, kConvQ, inputs.q, spec.scale, &out->q_storage,
+                             out);
+  out->k = PrepareQueryOrKey(spec, run, pool, kConvK, inputs.k, 1.0f, &out->k_storage, out);
 
   const int64_t heads = spec.num_value_heads;
   // Mamba-2 (ssd with gate_raw) scales each head's write by its dt.
@@ -124,7 +127,7 @@ void PrepareInputs(const LayerSpec& spec, const LayerRun& run, PreparedInputs* o
 
   const int64_t value_dim = spec.value_dim;
   const int64_t v_count = tokens * heads * value_dim;
-  const float* x = LoadPart(spec, run, kConvV, inputs.v, v_count, &out->x_storage, out);
+  const float* x = LoadPart(spec, run, pool, kConvV, inputs.v, v_count, &out->x_storage, out);
   out->skip_x = mamba2 && !spec.d_skip.empty() ? x : nullptr;
   if (mamba2) {
     out->v_storage.resize(v_count);

@@ -10,6 +10,7 @@
 #include "lumen/lumen.h"
 #include "src/backend.h"
 #include "src/layer_spec.h"
+#include "src/thread_pool.h"
 
 namespace lumen::cpu {
 
@@ -32,7 +33,9 @@ struct PreparedInputs {
 };
 
 // Reads the sessions' conv windows but changes no state; allocates (callers catch bad_alloc).
-void PrepareInputs(const LayerSpec& spec, const LayerRun& run, PreparedInputs* out);
+// Large convolutions run on `pool`.
+void PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPool& pool,
+                   PreparedInputs* out);
 
 // Stores the conv windows PrepareInputs computed into the sessions' states (nothing without a
 // convolution). Call once the layer call can no longer fail.

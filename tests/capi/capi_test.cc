@@ -798,6 +798,35 @@ TEST_CASE("presets describe the published layers and every field stays settable"
   }
 }
 
+TEST_CASE("the convolution's SiLU holds far into both tails", "[capi][conv]") {
+  // Inputs of magnitude up to ~300 put the convolution's outputs deep in SiLU's tails, where
+  // exp(-x) overflows or vanishes.
+  RefLayer layer = Layer(LUMEN_FAMILY_LINEAR_ATTN, 1, 1, 8, 8);
+  layer.conv_size = 3;
+  std::mt19937 rng(TestSeed());
+  RandomParams(&layer, rng);
+  TokenData data = RandomTokens(layer, 40, rng);
+  for (std::vector<float>* x : {&data.q, &data.k, &data.v}) {
+    for (float& e : *x) e *= 100.0f;
+  }
+  std::string error;
+  ModelPtr model = BuildModel({layer}, &error);
+  REQUIRE(model);
+  EnginePtr engine = MakeEngine(model.get(), 1, &error);
+  RefState ref = ZeroState(layer);
+  std::vector<double> ref_o;
+  RunReference(layer, 40, ToRefInputs(data, LUMEN_DTYPE_FLOAT32), &ref, &ref_o);
+  for (Path path : {Path::kStep, Path::kPrefill}) {
+    SessionPtr session = MakeSession(engine.get(), &error);
+    OutputBuffer out;
+    REQUIRE(RunSession(session.get(), 0, layer, EncodeTokens(data, LUMEN_DTYPE_FLOAT32), path,
+                       {}, LUMEN_DTYPE_FLOAT32, &out, &error) == LUMEN_OK);
+    const ErrorReport e = Measure(out.Values(), ref_o);
+    INFO((path == Path::kStep ? "step: " : "prefill: ") << e.Describe());
+    CHECK(e.Passes(path == Path::kStep ? kStepBound : kPrefillBound));
+  }
+}
+
 TEST_CASE("model queries resolve defaults and check the layer index", "[capi]") {
   RefLayer a = Layer(LUMEN_FAMILY_LINEAR_ATTN, 2, 0, 16, 8);  // HV = 0 means H
   a.feature_map = LUMEN_FEATURE_MAP_ELU1;
