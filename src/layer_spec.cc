@@ -1,7 +1,6 @@
 #include "src/layer_spec.h"
 
 #include <cmath>
-
 #include <string>
 
 #include "absl/status/statusor.h"

@@ -59,7 +59,7 @@ struct LayerSpec {
   bool gate_raw = false;
   DType state_dtype = DType::kFloat32;
   std::vector<float> a_log;     // [HV] with gate_raw
-  std::vector<float> dt_bias;   // [HV] (gated_delta_net) or [HV * K] (kda) with gate_raw
+  std::vector<float> dt_bias;   // [HV] (gated_delta_net, ssd) or [HV * K] (kda) with gate_raw
   std::vector<float> decay;     // [HV] retention gammas; filled with SPEC's default
   int32_t conv_size = 0;        // W; 0: no convolution
   ConvActivation conv_activation = ConvActivation::kSilu;

@@ -38,7 +38,7 @@ struct RefLayer {
   bool gate_raw = false;
   int32_t state_dtype = LUMEN_DTYPE_FLOAT32;
   std::vector<float> a_log;    // [HV] with gate_raw
-  std::vector<float> dt_bias;  // [HV] (gated_delta_net) or [HV * K] (kda) with gate_raw
+  std::vector<float> dt_bias;  // [HV] (gated_delta_net, ssd) or [HV * K] (kda) with gate_raw
   std::vector<float> decay;    // [HV] retention gammas; empty: 1 - 2^(-5-h)
   int32_t conv_size = 0;       // W; 0: no convolution
   int32_t conv_activation = LUMEN_CONV_ACTIVATION_SILU;
