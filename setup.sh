@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares a Debian 12 machine and builds lumen in ./build: installs the packages that are
 # missing (through sudo when not root), then configures and builds. run.sh and test.sh call
-# it; with --tests it also installs what the tests need.
+# it; with --tests it also installs what the tests need and builds the bindings.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -9,6 +9,10 @@ packages=(cmake g++ make pkg-config libabsl-dev libxxhash-dev)
 tests=OFF
 if [[ "${1:-}" == "--tests" ]]; then
   packages+=(catch2 nlohmann-json3-dev clang-14 libclang-rt-14-dev)
+  # The bindings and their tests (bindings/): Python, Java, C#, Rust, and the drift check's
+  # generators (swig, bindgen).
+  packages+=(python3-dev python3-pytest python3-numpy default-jdk-headless junit5 mono-devel
+             cargo swig bindgen)
   tests=ON
 fi
 missing=()
@@ -24,5 +28,6 @@ if ((${#missing[@]})); then
     apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLUMEN_BUILD_TESTS="$tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLUMEN_BUILD_TESTS="$tests" \
+  -DLUMEN_BUILD_BINDINGS="$tests" -DLUMEN_BINDINGS_REQUIRED="$tests"
 cmake --build build -j"$(nproc)"

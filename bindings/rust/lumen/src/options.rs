@@ -1,0 +1,163 @@
+//! Options structs with builder methods, and the header's enumerations as typed constants.
+//! Every struct keeps the C struct it wraps reachable through `raw_mut`, so a field added to
+//! lumen.h is usable at once.
+
+use std::mem::MaybeUninit;
+
+use crate::sys;
+
+macro_rules! constants {
+    ($(#[$doc:meta])* $name:ident { $($item:ident = $value:ident),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub struct $name(pub i32);
+        impl $name {
+            $(pub const $item: $name = $name(sys::$value as i32);)*
+        }
+    };
+}
+
+constants!(
+    /// Layer families (`lumen_family`); any other value of the header is `Family(value)`.
+    Family {
+        LINEAR_ATTN = LUMEN_FAMILY_LINEAR_ATTN, RETENTION = LUMEN_FAMILY_RETENTION,
+        SSD = LUMEN_FAMILY_SSD, GLA = LUMEN_FAMILY_GLA, DELTA_NET = LUMEN_FAMILY_DELTA_NET,
+        GATED_DELTA_NET = LUMEN_FAMILY_GATED_DELTA_NET, KDA = LUMEN_FAMILY_KDA,
+    }
+);
+constants!(
+    /// Feature maps of linear attention (`lumen_feature_map`).
+    FeatureMap {
+        IDENTITY = LUMEN_FEATURE_MAP_IDENTITY, ELU1 = LUMEN_FEATURE_MAP_ELU1,
+        RELU = LUMEN_FEATURE_MAP_RELU,
+    }
+);
+constants!(
+    /// Element types (`lumen_dtype`).
+    DType { FLOAT32 = LUMEN_DTYPE_FLOAT32, BFLOAT16 = LUMEN_DTYPE_BFLOAT16, FLOAT16 = LUMEN_DTYPE_FLOAT16 }
+);
+constants!(
+    /// Memory kinds (`lumen_memory`).
+    Memory { HOST = LUMEN_MEMORY_HOST, DEVICE = LUMEN_MEMORY_DEVICE }
+);
+constants!(
+    /// Backends (`lumen_backend`).
+    Backend {
+        AUTO = LUMEN_BACKEND_AUTO, CPU = LUMEN_BACKEND_CPU, CUDA = LUMEN_BACKEND_CUDA,
+        ROCM = LUMEN_BACKEND_ROCM,
+    }
+);
+constants!(
+    /// Per-layer parameters (`lumen_param`).
+    Param { A_LOG = LUMEN_PARAM_A_LOG, DT_BIAS = LUMEN_PARAM_DT_BIAS, DECAY = LUMEN_PARAM_DECAY }
+);
+constants!(
+    /// Parts of a layer's state (`lumen_state_part`).
+    StatePart { MATRIX = LUMEN_STATE_MATRIX, NORMALIZER = LUMEN_STATE_NORMALIZER }
+);
+
+macro_rules! options_struct {
+    ($(#[$doc:meta])* $name:ident, $raw:ident, $init:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy)]
+        pub struct $name(sys::$raw);
+
+        impl $name {
+            /// The raw C struct, e.g. for a field these methods do not name.
+            pub fn raw_mut(&mut self) -> &mut sys::$raw {
+                &mut self.0
+            }
+
+            pub(crate) fn as_ptr(&self) -> *const sys::$raw {
+                &self.0
+            }
+        }
+
+        impl Default for $name {
+            /// The header's defaults, from its init function (which also sets struct_size).
+            fn default() -> Self {
+                let mut raw = MaybeUninit::<sys::$raw>::zeroed();
+                // SAFETY: the init function fills every field of the struct.
+                unsafe {
+                    sys::$init(raw.as_mut_ptr());
+                    $name(raw.assume_init())
+                }
+            }
+        }
+    };
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $method:ident: $field:ident as $t:ty => $convert:expr;)*) => {
+        $($(#[$doc])* pub fn $method(mut self, value: $t) -> Self {
+            let convert: fn($t) -> _ = $convert;
+            self.0.$field = convert(value);
+            self
+        })*
+    };
+}
+
+options_struct!(
+    /// Description of one layer (`lumen_layer_options`), built with chained setters.
+    LayerOptions, lumen_layer_options, lumen_layer_options_init
+);
+options_struct!(
+    /// Engine settings (`lumen_engine_options`).
+    EngineOptions, lumen_engine_options, lumen_engine_options_init
+);
+options_struct!(
+    /// How a snapshot is written (`lumen_snapshot_options`).
+    SnapshotOptions, lumen_snapshot_options, lumen_snapshot_options_init
+);
+
+impl LayerOptions {
+    /// Defaults for a layer of `family`; set at least heads, key_dim and value_dim.
+    pub fn new(family: Family) -> Self {
+        Self::default().family(family)
+    }
+
+    setters! {
+        family: family as Family => |f| f.0;
+        /// H, query/key heads.
+        heads: num_heads as i32 => |x| x;
+        /// HV, value heads (0: H).
+        value_heads: num_value_heads as i32 => |x| x;
+        key_dim: key_dim as i32 => |x| x;
+        value_dim: value_dim as i32 => |x| x;
+        /// Multiplies q; 0 means K^-0.5.
+        scale: scale as f32 => |x| x;
+        feature_map: feature_map as FeatureMap => |f| f.0;
+        normalize: normalize as bool => i32::from;
+        normalize_eps: normalize_eps as f32 => |x| x;
+        qk_l2norm: qk_l2norm as bool => i32::from;
+        beta_sigmoid: beta_sigmoid as bool => i32::from;
+        gate_raw: gate_raw as bool => i32::from;
+        state_dtype: state_dtype as DType => |d| d.0;
+    }
+
+    pub(crate) fn from_raw(raw: sys::lumen_layer_options) -> Self {
+        LayerOptions(raw)
+    }
+
+    /// The layer's fields as the C struct holds them.
+    pub fn raw(&self) -> &sys::lumen_layer_options {
+        &self.0
+    }
+}
+
+impl EngineOptions {
+    setters! {
+        backend: backend as Backend => |b| b.0;
+        /// Worker threads including the caller; 0 = one per hardware thread.
+        threads: num_threads as i32 => |x| x;
+        /// GPU ordinal.
+        device: device as i32 => |x| x;
+    }
+}
+
+impl SnapshotOptions {
+    setters! {
+        /// FLOAT32 (exact) or BFLOAT16 (half the size).
+        state_dtype: state_dtype as DType => |d| d.0;
+    }
+}

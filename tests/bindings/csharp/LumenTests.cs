@@ -1,0 +1,302 @@
+// The C# binding against lumen.h's contract: a checked test program (exit code 1 on any
+// failure). Usage: mono LumenTests.exe <path of lumen.h> <scratch directory>
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+using System.Reflection;
+using System.Runtime.InteropServices;
+using System.Text.RegularExpressions;
+using Lumen;
+using Lumen.CApi;
+
+public static class LumenTests {
+  const int H = 2, HV = 4, K = 8, V = 6;
+  static readonly Random random = new Random(11);
+  static string header, scratch;
+
+  static void Check(bool condition, string what) {
+    if (!condition) throw new Exception("check failed: " + what);
+  }
+
+  static T Throws<T>(Action action, string what) where T : Exception {
+    try {
+      action();
+    } catch (T e) {
+      return e;
+    }
+    throw new Exception("expected " + typeof(T).Name + ": " + what);
+  }
+
+  static LayerOptions Layer(LumenFamily family, int heads, int valueHeads, int k, int v) =>
+      new LayerOptions { Family = (int)family, NumHeads = heads, NumValueHeads = valueHeads,
+                         KeyDim = k, ValueDim = v };
+
+  static Engine NewEngine(out Model model) {
+    using (var builder = new ModelBuilder())
+    using (var gated = Layer(LumenFamily.GATED_DELTA_NET, H, HV, K, V))
+    using (var retention = Layer(LumenFamily.RETENTION, H, H, K, V)) {
+      builder.AddLayer(gated);
+      builder.AddLayer(retention);
+      model = builder.Build();
+    }
+    using (var options = new EngineOptions { NumThreads = 2 }) return new Engine(model, options);
+  }
+
+  static double Gaussian() =>
+      Math.Sqrt(-2 * Math.Log(1 - random.NextDouble())) * Math.Cos(2 * Math.PI * random.NextDouble());
+
+  // q, k (unit rows), v, g, beta for `tokens` tokens.
+  static float[][] Inputs(int tokens) {
+    var q = new float[tokens * H * K]; var k = new float[tokens * H * K];
+    var v = new float[tokens * HV * V]; var g = new float[tokens * HV];
+    var beta = new float[tokens * HV];
+    for (int i = 0; i < q.Length; ++i) q[i] = (float)Gaussian();
+    for (int row = 0; row < tokens * H; ++row) {
+      double norm = 0;
+      for (int i = 0; i < K; ++i) { k[row * K + i] = (float)Gaussian(); norm += k[row * K + i] * k[row * K + i]; }
+      for (int i = 0; i < K; ++i) k[row * K + i] /= (float)Math.Sqrt(norm);
+    }
+    for (int i = 0; i < v.Length; ++i) v[i] = (float)Gaussian();
+    for (int i = 0; i < g.Length; ++i) g[i] = (float)-(0.01 + 0.5 * random.NextDouble());
+    for (int i = 0; i < beta.Length; ++i) beta[i] = (float)(0.1 + 0.8 * random.NextDouble());
+    return new[] {q, k, v, g, beta};
+  }
+
+  // Gated DeltaNet in float64, the SPEC's recurrence: o [T, HV, V].
+  static double[] Reference(float[][] x, int tokens) {
+    var state = new double[HV, K, V];
+    var o = new double[tokens * HV * V];
+    double scale = 1 / Math.Sqrt(K);
+    for (int t = 0; t < tokens; ++t)
+      for (int hv = 0; hv < HV; ++hv) {
+        int h = hv / (HV / H);
+        double decay = Math.Exp(x[3][t * HV + hv]), beta = x[4][t * HV + hv];
+        for (int i = 0; i < K; ++i) for (int j = 0; j < V; ++j) state[hv, i, j] *= decay;
+        for (int j = 0; j < V; ++j) {
+          double sk = 0;
+          for (int i = 0; i < K; ++i) sk += state[hv, i, j] * x[1][(t * H + h) * K + i];
+          double u = beta * (x[2][(t * HV + hv) * V + j] - sk);
+          for (int i = 0; i < K; ++i) state[hv, i, j] += x[1][(t * H + h) * K + i] * u;
+        }
+        for (int j = 0; j < V; ++j) {
+          double sum = 0;
+          for (int i = 0; i < K; ++i) sum += state[hv, i, j] * scale * x[0][(t * H + h) * K + i];
+          o[(t * HV + hv) * V + j] = sum;
+        }
+      }
+    return o;
+  }
+
+  static double RelativeRms(float[] actual, double[] expected) {
+    double error = 0, norm = 0;
+    for (int i = 0; i < expected.Length; ++i) {
+      error += (actual[i] - expected[i]) * (actual[i] - expected[i]);
+      norm += expected[i] * expected[i];
+    }
+    return Math.Sqrt(error / norm);
+  }
+
+  static float[] Token(float[] a, int t, int width) => a.Skip(t * width).Take(width).ToArray();
+
+  static void EveryHeaderFunctionIsReachable() {
+    var methods = new HashSet<string>(typeof(Capi).GetMethods().Select(m => m.Name));
+    var names = Regex.Matches(File.ReadAllText(header), @"LUMEN_API\s+[\w\s\*]+?\b(lumen_\w+)\s*\(")
+                    .Cast<Match>().Select(m => m.Groups[1].Value).ToList();
+    Check(names.Count > 30, "the header's functions were found");
+    foreach (string name in names) Check(methods.Contains(name), name + " is in Capi");
+  }
+
+  static void StepAndPrefillMatchTheReference() {
+    const int tokens = 19;
+    float[][] x = Inputs(tokens);
+    double[] expected = Reference(x, tokens);
+    using (Engine engine = NewEngine(out Model model))
+    using (model)
+    using (Session stepped = engine.NewSession())
+    using (Session prefilled = engine.NewSession()) {
+      var o = new float[tokens * HV * V];
+      for (int t = 0; t < tokens; ++t) {
+        stepped.Step(0, Token(x[0], t, H * K), Token(x[1], t, H * K), Token(x[2], t, HV * V),
+                     Token(x[3], t, HV), Token(x[4], t, HV)).CopyTo(o, t * HV * V);
+      }
+      Check(RelativeRms(o, expected) <= 1e-5, "step error " + RelativeRms(o, expected));
+      Check(stepped.Tokens(0) == tokens, "token count");
+      float[] p = prefilled.Prefill(0, x[0], x[1], x[2], x[3], x[4]);
+      Check(RelativeRms(p, expected) <= 1e-4, "prefill error " + RelativeRms(p, expected));
+    }
+  }
+
+  static void PointersAndBf16Inputs() {
+    float[][] x = Inputs(1);
+    using (Engine engine = NewEngine(out Model model))
+    using (model)
+    using (Session arrays = engine.NewSession())
+    using (Session native = engine.NewSession())
+    using (Session bf16 = engine.NewSession())
+    using (Session rounded = engine.NewSession()) {
+      float[] expected = arrays.Step(0, x[0], x[1], x[2], x[3], x[4]);
+      var memory = x.Select(a => Marshal.AllocHGlobal(4 * a.Length)).ToArray();
+      IntPtr o = Marshal.AllocHGlobal(4 * HV * V);
+      try {
+        for (int i = 0; i < 5; ++i) Marshal.Copy(x[i], 0, memory[i], x[i].Length);
+        var inputs = new Inputs(Tensor.FromPointer(memory[0], x[0].Length),
+                                Tensor.FromPointer(memory[1], x[1].Length),
+                                Tensor.FromPointer(memory[2], x[2].Length),
+                                Tensor.FromPointer(memory[3], x[3].Length),
+                                Tensor.FromPointer(memory[4], x[4].Length));
+        native.Step(0, inputs, Tensor.FromPointer(o, HV * V), LumenDtype.FLOAT32);
+        var got = new float[HV * V];
+        Marshal.Copy(o, got, 0, got.Length);
+        Check(got.SequenceEqual(expected), "IntPtr inputs give the float[] result");
+      } finally {
+        foreach (IntPtr p in memory) Marshal.FreeHGlobal(p);
+        Marshal.FreeHGlobal(o);
+      }
+
+      // bf16 bits in ushort[] against fp32 inputs holding the same rounded values.
+      var bits = x.Select(a => a.Select(f => {
+        uint u = BitConverter.ToUInt32(BitConverter.GetBytes(f), 0);
+        return (ushort)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+      }).ToArray()).ToArray();
+      var widened = bits.Select(a => a.Select(b => BitConverter.ToSingle(
+          BitConverter.GetBytes((uint)b << 16), 0)).ToArray()).ToArray();
+      var fromBf16 = new float[HV * V];
+      bf16.Step(0, new Inputs(bits[0], bits[1], bits[2], bits[3], bits[4]) {
+                  Dtype = LumenDtype.BFLOAT16 }, fromBf16);
+      float[] fromRounded = rounded.Step(0, widened[0], widened[1], widened[2], widened[3], widened[4]);
+      for (int i = 0; i < fromBf16.Length; ++i) {
+        Check(Math.Abs(fromBf16[i] - fromRounded[i]) <= 1e-6 * Math.Max(1, Math.Abs(fromRounded[i])),
+              "bf16 inputs match their fp32 values");
+      }
+      Throws<ArgumentException>(() => bf16.Step(0, new Inputs(bits[0], bits[1], bits[2]), fromBf16),
+                                "ushort[] without a dtype");
+    }
+  }
+
+  static void BatchedStepAndVarlenPrefillMatchSingleSessions() {
+    const int n = 3;
+    float[][] x = Inputs(n);
+    using (Engine engine = NewEngine(out Model model))
+    using (model) {
+      Session[] batch = Enumerable.Range(0, n).Select(_ => engine.NewSession()).ToArray();
+      Session[] singles = Enumerable.Range(0, n).Select(_ => engine.NewSession()).ToArray();
+      float[] o = engine.StepBatch(0, batch, x[0], x[1], x[2], x[3], x[4]);
+      for (int i = 0; i < n; ++i) {
+        float[] single = singles[i].Step(0, Token(x[0], i, H * K), Token(x[1], i, H * K),
+                                         Token(x[2], i, HV * V), Token(x[3], i, HV), Token(x[4], i, HV));
+        Check(single.SequenceEqual(Token(o, i, HV * V)), "batched step " + i);
+      }
+      float[][] more = Inputs(9);
+      engine.PrefillVarlen(0, batch, new[] {0, 4, 4, 9}, more[0], more[1], more[2], more[3], more[4]);
+      Check(batch[0].Tokens(0) == 5 && batch[1].Tokens(0) == 1 && batch[2].Tokens(0) == 6,
+            "varlen token counts");
+      Throws<ArgumentException>(() => engine.PrefillVarlen(0, batch, new[] {0, 1}, more[0], more[1],
+                                                           more[2], more[3], more[4]), "short offsets");
+      foreach (Session s in batch.Concat(singles)) s.Dispose();
+    }
+  }
+
+  static void SnapshotRoundTripsThroughBytesAndAFile() {
+    float[][] x = Inputs(6);
+    using (Engine engine = NewEngine(out Model model))
+    using (model)
+    using (Session session = engine.NewSession())
+    using (Session fromBytes = engine.NewSession())
+    using (Session fromFile = engine.NewSession()) {
+      session.Prefill(0, x[0], x[1], x[2], x[3], x[4]);
+      fromBytes.Restore(session.Snapshot());
+      string path = Path.Combine(scratch, "csharp_session.lumen");
+      session.Save(path);
+      fromFile.Load(path);
+      float[][] next = Inputs(1);
+      float[] expected = session.Step(0, next[0], next[1], next[2], next[3], next[4]);
+      foreach (Session restored in new[] {fromBytes, fromFile}) {
+        Check(restored.Tokens(0) == 6, "restored token count");
+        Check(restored.Step(0, next[0], next[1], next[2], next[3], next[4]).SequenceEqual(expected),
+              "restored session continues bit for bit");
+        Check(restored.ReadState(0).SequenceEqual(session.ReadState(0)), "restored state");
+      }
+    }
+  }
+
+  static void BadCallsThrowWithTheLibraryMessage() {
+    using (Engine engine = NewEngine(out Model model))
+    using (model) {
+      Session session = engine.NewSession();
+      var q = new float[H * K]; var v = new float[HV * V];
+      var missing = Throws<LumenException>(() => session.Step(0, q, q, v), "missing g and beta");
+      Check(missing.Code == LumenStatus.INVALID_ARGUMENT, "status INVALID_ARGUMENT");
+      Check(missing.StatusName == "LUMEN_ERROR_INVALID_ARGUMENT", "status name");
+      Check(missing.Message.Contains("g"), "message names g: " + missing.Message);
+      Check(session.Tokens(0) == 0, "the failed call changed nothing");
+      var range = Throws<LumenException>(() => session.Tokens(7), "layer 7");
+      Check(range.Code == LumenStatus.OUT_OF_RANGE && range.Message.Contains("7"), range.Message);
+      var corrupt = Throws<LumenException>(() => session.Restore(new byte[] {1, 2, 3}), "corrupt");
+      Check(corrupt.Code == LumenStatus.CORRUPT_SNAPSHOT, corrupt.Message);
+      var io = Throws<LumenException>(() => session.Load("/nonexistent/dir/file.lumen"), "io");
+      Check(io.Code == LumenStatus.IO, io.Message);
+      session.Dispose();
+      session.Dispose();
+      Throws<ObjectDisposedException>(() => session.Tokens(0), "a disposed session");
+    }
+  }
+
+  static long ResidentBytes() =>
+      long.Parse(File.ReadAllText("/proc/self/statm").Split(' ')[1]) * 4096;
+
+  static void NativeMemoryIsReleased() {
+    // 256 KiB of state per session: the 1,600 sessions of the two measured rounds would hold
+    // 400 MiB if they leaked.
+    Model big;
+    using (var builder = new ModelBuilder())
+    using (var layer = Layer(LumenFamily.RETENTION, 4, 4, 128, 128)) {
+      builder.AddLayer(layer);
+      big = builder.Build();
+    }
+    var oneThread = new EngineOptions { NumThreads = 1 };
+    Action cycles = () => {
+      for (int i = 0; i < 400; ++i) {
+        using (var engine = new Engine(big, oneThread))
+        using (Session s = engine.NewSession()) {
+          Session fork = s.Fork();
+          fork.Restore(s.Snapshot());
+          if (i % 2 == 0) fork.Dispose();  // else: the finalizer frees it
+        }
+      }
+      GC.Collect();
+      GC.WaitForPendingFinalizers();
+    };
+    cycles();
+    long before = ResidentBytes();
+    cycles();
+    cycles();
+    long grown = ResidentBytes() - before;
+    Check(grown < (64L << 20), "resident memory grew by " + grown + " bytes");
+    big.Dispose();
+    oneThread.Dispose();
+  }
+
+  public static int Main(string[] args) {
+    header = args[0];
+    scratch = args[1];
+    var tests = new Action[] {
+      EveryHeaderFunctionIsReachable, StepAndPrefillMatchTheReference, PointersAndBf16Inputs,
+      BatchedStepAndVarlenPrefillMatchSingleSessions, SnapshotRoundTripsThroughBytesAndAFile,
+      BadCallsThrowWithTheLibraryMessage, NativeMemoryIsReleased,
+    };
+    int failed = 0;
+    foreach (Action test in tests) {
+      var watch = System.Diagnostics.Stopwatch.StartNew();
+      try {
+        test();
+        Console.WriteLine("ok    {0} ({1:F1} s)", test.Method.Name, watch.Elapsed.TotalSeconds);
+      } catch (Exception e) {
+        ++failed;
+        Console.WriteLine("FAIL  " + test.Method.Name + ": " + e);
+      }
+    }
+    Console.WriteLine("{0} of {1} tests passed", tests.Length - failed, tests.Length);
+    return failed == 0 ? 0 : 1;
+  }
+}
