@@ -13,6 +13,9 @@ if [[ "${1:-}" == "--tests" ]]; then
   # generators (swig, bindgen).
   packages+=(python3-dev python3-pytest python3-numpy default-jdk-headless junit5 mono-devel
              cargo swig bindgen)
+  # The aarch64 build run under qemu-user (tests/cross): the cross compiler and the arm64
+  # multiarch libraries lumen links.
+  packages+=(g++-aarch64-linux-gnu qemu-user libabsl-dev:arm64 libxxhash-dev:arm64)
   tests=ON
 fi
 missing=()
@@ -23,6 +26,10 @@ done
 if ((${#missing[@]})); then
   sudo=""
   if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  if [[ " ${missing[*]}" == *":arm64"* ]] &&
+     ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $sudo dpkg --add-architecture arm64
+  fi
   $sudo apt-get update
   $sudo env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y --no-install-recommends "${missing[@]}"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Cross-builds lumen for aarch64 (the phones and edge boxes the CPU backend targets) with
+# cmake/toolchains/aarch64-linux-gnu.cmake, then runs the conformance vectors and the head
+# kernel tests under qemu-user through ctest. Emulated floating point is a few hundred times
+# slower than native, so only these two programs run, in parallel.
+#
+#   tests/cross/aarch64_conformance.sh BUILD_DIR [JOBS]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="$1"
+jobs="${2:-2}"
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_TOOLCHAIN_FILE="$root/cmake/toolchains/aarch64-linux-gnu.cmake" \
+  -DLUMEN_ENABLE_CUDA=OFF -DLUMEN_ENABLE_HIP=OFF -DLUMEN_BUILD_TESTS=ON \
+  -DLUMEN_BUILD_EXAMPLES=OFF -DLUMEN_BUILD_BINDINGS=OFF >/dev/null
+cmake --build "$build" -j "$jobs" --target lumen_conformance_tests lumen_kernel_tests
+ctest --test-dir "$build" -j "$jobs" --output-on-failure \
+  -R '^lumen_(conformance|kernel)_tests:'
