@@ -88,13 +88,6 @@ namespace {
 // lumen_layer_inputs as 0.1.0 defined it, before `stream` was appended.
 constexpr uint32_t kLayerInputsSizeV0 = offsetof(lumen_layer_inputs, stream);
 
-// The caller's inputs in the current layout; fields its struct_size leaves out get defaults.
-lumen_layer_inputs CurrentLayout(const lumen_layer_inputs& in) {
-  lumen_layer_inputs out{};
-  std::memcpy(&out, &in, std::min<size_t>(in.struct_size, sizeof(out)));
-  return out;
-}
-
 bool IsDType(int32_t value) {
   return value == LUMEN_DTYPE_FLOAT32 || value == LUMEN_DTYPE_BFLOAT16 ||
          value == LUMEN_DTYPE_FLOAT16;

@@ -1,7 +1,10 @@
 #include "src/layer_spec.h"
 
 #include <cmath>
+#include <cstddef>
+#include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "src/struct_size.h"
 
@@ -57,9 +60,24 @@ int64_t LayerSpec::normalizer_count() const {
   return normalize ? int64_t{num_value_heads} * key_dim : 0;
 }
 
-int64_t LayerSpec::state_bytes() const {
-  return (matrix_count() + normalizer_count()) * DTypeSize(state_dtype);
+int64_t LayerSpec::conv_channels(int32_t part) const {
+  return part == kConvV ? int64_t{num_value_heads} * value_dim
+                        : int64_t{num_heads} * key_dim;
 }
+
+int64_t LayerSpec::conv_count(int32_t part) const {
+  return conv_size == 0 ? 0 : conv_channels(part) * (conv_size - 1);
+}
+
+int64_t LayerSpec::conv_offset(int32_t part) const {
+  int64_t offset = matrix_count() + normalizer_count();
+  for (int32_t before = 0; before < part; ++before) offset += conv_count(before);
+  return offset;
+}
+
+int64_t LayerSpec::state_count() const { return conv_offset(kNumConvParts); }
+
+int64_t LayerSpec::state_bytes() const { return state_count() * DTypeSize(state_dtype); }
 
 namespace {
 
@@ -77,10 +95,14 @@ constexpr int32_t kMaxHeadDim = 1 << 14;
 
 }  // namespace
 
-absl::Status LayerSpecFromOptions(const lumen_layer_options& options, LayerSpec* out) {
-  if (absl::Status status = CheckStructSize(options, "lumen_layer_options"); !status.ok()) {
+absl::Status LayerSpecFromOptions(const lumen_layer_options& user_options, LayerSpec* out) {
+  // 0.1.0's struct ended before conv_size; its layers have no convolution.
+  if (absl::Status status = CheckStructSize(user_options, "lumen_layer_options",
+                                            offsetof(lumen_layer_options, conv_size));
+      !status.ok()) {
     return status;
   }
+  const lumen_layer_options options = CurrentLayout(user_options);
   if (!IsFamily(options.family)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown layer family ", options.family,
@@ -154,8 +176,9 @@ absl::Status LayerSpecFromOptions(const lumen_layer_options& options, LayerSpec*
   if (spec.beta_sigmoid && !spec.delta_rule()) {
     return Invalid(spec, "beta_sigmoid applies to the delta family only (no beta input)");
   }
-  if (spec.gate_raw && spec.family != Family::kGatedDeltaNet && spec.family != Family::kKda) {
-    return Invalid(spec, "gate_raw applies to gated_delta_net and kda layers only");
+  if (spec.gate_raw && spec.family != Family::kGatedDeltaNet && spec.family != Family::kKda &&
+      spec.family != Family::kSsd) {
+    return Invalid(spec, "gate_raw applies to gated_delta_net, kda and ssd layers only");
   }
 
   if (options.state_dtype != LUMEN_DTYPE_FLOAT32 && options.state_dtype != LUMEN_DTYPE_BFLOAT16) {
@@ -163,6 +186,18 @@ absl::Status LayerSpecFromOptions(const lumen_layer_options& options, LayerSpec*
                                       " is not supported (FLOAT32 or BFLOAT16)"));
   }
   spec.state_dtype = static_cast<DType>(options.state_dtype);
+
+  if (options.conv_size < 0 || options.conv_size > kMaxConvSize) {
+    return Invalid(spec, absl::StrCat("conv_size is ", options.conv_size, ", must be in [0, ",
+                                      kMaxConvSize, "] (0: no convolution)"));
+  }
+  spec.conv_size = options.conv_size;
+  if (options.conv_activation != LUMEN_CONV_ACTIVATION_SILU &&
+      options.conv_activation != LUMEN_CONV_ACTIVATION_NONE) {
+    return Invalid(spec, absl::StrCat("unknown conv_activation ", options.conv_activation,
+                                      " (SILU or NONE)"));
+  }
+  spec.conv_activation = static_cast<ConvActivation>(options.conv_activation);
 
   if (spec.family == Family::kRetention) {
     spec.decay.resize(spec.num_value_heads);
@@ -174,38 +209,80 @@ absl::Status LayerSpecFromOptions(const lumen_layer_options& options, LayerSpec*
   return absl::OkStatus();
 }
 
-absl::Status SetLayerParam(LayerSpec& spec, int32_t param, const float* values,
-                           int64_t count) {
+namespace {
+
+const char* const kConvPartNames[kNumConvParts] = {"q", "k", "v"};
+
+// Where a parameter goes in the spec, its size and name; target nullptr with `why` set when
+// the layer takes no such parameter.
+struct ParamSlot {
   std::vector<float>* target = nullptr;
-  int64_t expected = spec.num_value_heads;
-  const char* name = "";
+  int64_t count = 0;
+  std::string name;
+  const char* why = "";
+};
+
+absl::StatusOr<ParamSlot> FindParam(LayerSpec& spec, int32_t param) {
+  ParamSlot slot;
+  slot.count = spec.num_value_heads;
   switch (param) {
     case LUMEN_PARAM_A_LOG:
-      name = "A_log";
-      target = spec.gate_raw ? &spec.a_log : nullptr;
-      break;
     case LUMEN_PARAM_DT_BIAS:
-      name = "dt_bias";
-      target = spec.gate_raw ? &spec.dt_bias : nullptr;
-      if (spec.family == Family::kKda) expected *= spec.key_dim;
-      break;
+      slot.name = param == LUMEN_PARAM_A_LOG ? "A_log" : "dt_bias";
+      if (spec.gate_raw) slot.target = param == LUMEN_PARAM_A_LOG ? &spec.a_log : &spec.dt_bias;
+      if (param == LUMEN_PARAM_DT_BIAS && spec.family == Family::kKda) {
+        slot.count *= spec.key_dim;
+      }
+      slot.why = "gated_delta_net, kda or ssd with gate_raw only";
+      return slot;
     case LUMEN_PARAM_DECAY:
-      name = "decay";
-      target = spec.family == Family::kRetention ? &spec.decay : nullptr;
-      break;
+      slot.name = "decay";
+      if (spec.family == Family::kRetention) slot.target = &spec.decay;
+      slot.why = "retention layers only";
+      return slot;
+    case LUMEN_PARAM_CONV_Q_WEIGHT:
+    case LUMEN_PARAM_CONV_K_WEIGHT:
+    case LUMEN_PARAM_CONV_V_WEIGHT: {
+      const int32_t part = param - LUMEN_PARAM_CONV_Q_WEIGHT;
+      slot.name = absl::StrCat("conv_", kConvPartNames[part], "_weight");
+      if (spec.conv_size > 0) slot.target = &spec.conv_weight[part];
+      slot.count = spec.conv_channels(part) * spec.conv_size;
+      slot.why = "layers with conv_size > 0 only";
+      return slot;
+    }
+    case LUMEN_PARAM_CONV_Q_BIAS:
+    case LUMEN_PARAM_CONV_K_BIAS:
+    case LUMEN_PARAM_CONV_V_BIAS: {
+      const int32_t part = param - LUMEN_PARAM_CONV_Q_BIAS;
+      slot.name = absl::StrCat("conv_", kConvPartNames[part], "_bias");
+      if (spec.conv_size > 0) slot.target = &spec.conv_bias[part];
+      slot.count = spec.conv_channels(part);
+      slot.why = "layers with conv_size > 0 only";
+      return slot;
+    }
+    case LUMEN_PARAM_D:
+      slot.name = "D";
+      if (spec.family == Family::kSsd && spec.gate_raw) slot.target = &spec.d_skip;
+      slot.why = "ssd layers with gate_raw only: Mamba-2's skip";
+      return slot;
     default:
-      return Invalid(spec, absl::StrCat("unknown parameter ", static_cast<int>(param)));
+      return Invalid(spec, absl::StrCat("unknown parameter ", param));
   }
-  if (target == nullptr) {
-    return Invalid(spec, absl::StrCat("takes no ", name, " parameter (",
-                                      param == LUMEN_PARAM_DECAY
-                                          ? "retention layers only"
-                                          : "gated_delta_net or kda with gate_raw only",
-                                      ")"));
+}
+
+}  // namespace
+
+absl::Status SetLayerParam(LayerSpec& spec, int32_t param, const float* values,
+                           int64_t count) {
+  absl::StatusOr<ParamSlot> slot = FindParam(spec, param);
+  if (!slot.ok()) return slot.status();
+  const std::string& name = slot->name;
+  if (slot->target == nullptr) {
+    return Invalid(spec, absl::StrCat("takes no ", name, " parameter (", slot->why, ")"));
   }
   if (values == nullptr) return Invalid(spec, absl::StrCat(name, " values are NULL"));
-  if (count != expected) {
-    return Invalid(spec, absl::StrCat(name, " needs ", expected, " values, got ", count));
+  if (count != slot->count) {
+    return Invalid(spec, absl::StrCat(name, " needs ", slot->count, " values, got ", count));
   }
   for (int64_t i = 0; i < count; ++i) {
     if (!std::isfinite(values[i])) {
@@ -215,7 +292,7 @@ absl::Status SetLayerParam(LayerSpec& spec, int32_t param, const float* values,
       return Invalid(spec, absl::StrCat("decay[", i, "] is ", values[i], ", must be in (0, 1)"));
     }
   }
-  target->assign(values, values + count);
+  slot->target->assign(values, values + count);
   return absl::OkStatus();
 }
 
@@ -225,6 +302,13 @@ absl::Status CheckLayerComplete(const LayerSpec& spec) {
   }
   if (spec.gate_raw && spec.dt_bias.empty()) {
     return Invalid(spec, "gate_raw is on but dt_bias was not set (lumen_model_builder_set_param)");
+  }
+  for (int32_t part = 0; part < kNumConvParts && spec.conv_size > 0; ++part) {
+    if (spec.conv_weight[part].empty()) {
+      return Invalid(spec, absl::StrCat("conv_size is ", spec.conv_size, " but conv_",
+                                        kConvPartNames[part],
+                                        "_weight was not set (lumen_model_builder_set_param)"));
+    }
   }
   return absl::OkStatus();
 }

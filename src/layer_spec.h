@@ -26,6 +26,18 @@ enum class FeatureMap : int32_t {
   kRelu = LUMEN_FEATURE_MAP_RELU,
 };
 
+enum class ConvActivation : int32_t {
+  kSilu = LUMEN_CONV_ACTIVATION_SILU,
+  kNone = LUMEN_CONV_ACTIVATION_NONE,
+};
+
+// The inputs a layer's short convolution runs over, in the order their windows follow the
+// matrix and normalizer in a session's state.
+enum ConvPart : int32_t { kConvQ = 0, kConvK = 1, kConvV = 2 };
+inline constexpr int32_t kNumConvParts = 3;
+// Widest convolution a layer may have (the models use 4).
+inline constexpr int32_t kMaxConvSize = 64;
+
 // How the state decays before each token's write. Retention's fixed per-head decay is a
 // scalar gate whose log value the backend materialises from LayerSpec::decay.
 enum class GateKind { kNone, kScalar, kVector };
@@ -47,8 +59,13 @@ struct LayerSpec {
   bool gate_raw = false;
   DType state_dtype = DType::kFloat32;
   std::vector<float> a_log;     // [HV] with gate_raw
-  std::vector<float> dt_bias;   // [HV] (gated_delta_net) or [HV * K] (kda) with gate_raw
+  std::vector<float> dt_bias;   // [HV] (gated_delta_net, ssd) or [HV * K] (kda) with gate_raw
   std::vector<float> decay;     // [HV] retention gammas; filled with SPEC's default
+  int32_t conv_size = 0;        // W; 0: no convolution
+  ConvActivation conv_activation = ConvActivation::kSilu;
+  std::vector<float> conv_weight[kNumConvParts];  // [C, W] per part, needed with conv_size
+  std::vector<float> conv_bias[kNumConvParts];    // [C] per part, or empty (no bias)
+  std::vector<float> d_skip;    // [HV] Mamba-2's D (ssd with gate_raw), or empty
 
   GateKind gate_kind() const;
   bool delta_rule() const;       // delta_net, gated_delta_net, kda
@@ -56,11 +73,18 @@ struct LayerSpec {
   int64_t g_per_token() const;   // HV, HV * K or 0
   int64_t matrix_count() const;  // HV * K * V
   int64_t normalizer_count() const;  // HV * K with normalize, else 0
-  int64_t state_bytes() const;   // both parts in the stored dtype
+  int64_t conv_channels(int32_t part) const;  // C: H * K for q and k, HV * V for v
+  int64_t conv_count(int32_t part) const;     // C * (W - 1), 0 without a convolution
+  // Where a part's window starts in the layer's state, in elements: after the matrix, the
+  // normalizer and the windows of the parts before it.
+  int64_t conv_offset(int32_t part) const;
+  int64_t state_count() const;   // every part's elements: matrix, normalizer, windows
+  int64_t state_bytes() const;   // every part in the stored dtype
 };
 
 // Builds a LayerSpec from C options: validates them and resolves defaults
 // (HV = H when 0, scale = K^-0.5 when 0, eps = 1e-6 when 0, retention decays).
+// options.struct_size must cover the whole struct.
 absl::Status LayerSpecFromOptions(const lumen_layer_options& options, LayerSpec* out);
 
 // Sets one parameter array after checking it applies to the layer and has the right size.

@@ -24,6 +24,9 @@ void AppendArray(std::string& out, const std::vector<float>& values) {
   for (float value : values) Append(out, value);
 }
 
+// "CONV" in ASCII, little-endian.
+constexpr uint32_t kExtensionTag = 0x564e4f43;
+
 uint64_t Fingerprint(const std::vector<LayerSpec>& layers) {
   std::string bytes;
   for (const LayerSpec& layer : layers) {
@@ -42,6 +45,17 @@ uint64_t Fingerprint(const std::vector<LayerSpec>& layers) {
     AppendArray(bytes, layer.a_log);
     AppendArray(bytes, layer.dt_bias);
     AppendArray(bytes, layer.decay);
+    // A layer with a convolution or a skip adds a tagged extension. Layers without one hash
+    // exactly as in format-1 snapshots, which therefore still restore; the tag is never a
+    // family value, so where a layer's fields end stays unambiguous.
+    if (layer.conv_size > 0 || !layer.d_skip.empty()) {
+      Append(bytes, kExtensionTag);
+      Append(bytes, layer.conv_size);
+      Append(bytes, static_cast<int32_t>(layer.conv_activation));
+      for (const std::vector<float>& weight : layer.conv_weight) AppendArray(bytes, weight);
+      for (const std::vector<float>& bias : layer.conv_bias) AppendArray(bytes, bias);
+      AppendArray(bytes, layer.d_skip);
+    }
   }
   return Checksum(bytes.data(), static_cast<int64_t>(bytes.size()));
 }
@@ -67,7 +81,7 @@ absl::StatusOr<Model> Model::Create(std::vector<LayerSpec> layers) {
     }
     offsets.push_back(offset.value());
     offset += CheckedInt64(layers[i].state_bytes()).RoundUp(kStateAlignment);
-    elements += CheckedInt64(layers[i].matrix_count()) + layers[i].normalizer_count();
+    elements += CheckedInt64(layers[i].state_count());
     const CheckedInt64 payload_bytes = elements * 4;
     if (!offset.ok() || offset.value() > kMaxSessionBytes || !payload_bytes.ok() ||
         payload_bytes.value() > kMaxSessionBytes) {

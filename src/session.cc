@@ -38,7 +38,7 @@ absl::StatusOr<int64_t> Session::PartOffset(int32_t layer, int32_t part,
                                             int64_t count) const {
   const LayerSpec& spec = model().layer(layer);
   int64_t expected = 0;
-  int64_t offset = 0;
+  int64_t offset = 0;  // elements
   switch (part) {
     case LUMEN_STATE_MATRIX:
       expected = spec.matrix_count();
@@ -49,8 +49,20 @@ absl::StatusOr<int64_t> Session::PartOffset(int32_t layer, int32_t part,
             "layer ", layer, " keeps no normalizer (linear_attn with normalize only)"));
       }
       expected = spec.normalizer_count();
-      offset = spec.matrix_count() * DTypeSize(spec.state_dtype);
+      offset = spec.matrix_count();
       break;
+    case LUMEN_STATE_CONV_Q:
+    case LUMEN_STATE_CONV_K:
+    case LUMEN_STATE_CONV_V: {
+      if (spec.conv_size == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer ", layer, " keeps no convolution window (its conv_size is 0)"));
+      }
+      const int32_t conv_part = part - LUMEN_STATE_CONV_Q;
+      expected = spec.conv_count(conv_part);
+      offset = spec.conv_offset(conv_part);
+      break;
+    }
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown state part ", static_cast<int>(part)));
@@ -59,7 +71,7 @@ absl::StatusOr<int64_t> Session::PartOffset(int32_t layer, int32_t part,
     return absl::InvalidArgumentError(absl::StrCat("state part of layer ", layer, " holds ",
                                                    expected, " floats, count is ", count));
   }
-  return offset;
+  return offset * DTypeSize(spec.state_dtype);
 }
 
 absl::Status Session::ReadState(int32_t layer, int32_t part, float* out,

@@ -38,7 +38,7 @@ class Session {
   void SetTokens(int32_t layer, int64_t count) { tokens_[layer] = count; }
 
   // The layer's state in backend memory: the matrix [HV, K, V], then the normalizer [HV, K],
-  // both in the layer's stored dtype.
+  // then the conv windows [C, W-1] of q, k and v, all in the layer's stored dtype.
   void* layer_state(int32_t layer) const;
 
   // Makes `block` (a full state block of this engine) the session's state and returns the
@@ -55,7 +55,7 @@ class Session {
   Session(std::shared_ptr<Engine> engine, void* block)
       : engine_(std::move(engine)), block_(block), tokens_(model().num_layers(), 0) {}
 
-  // Locates a part of a layer's state after checking the part and the count.
+  // Locates a part of a layer's state (byte offset) after checking the part and the count.
   absl::StatusOr<int64_t> PartOffset(int32_t layer, int32_t part,
                                      int64_t count) const;
 

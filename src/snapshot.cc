@@ -121,7 +121,7 @@ absl::Status RestoreSnapshot(Session& session, const void* data, int64_t size) {
   absl::StatusOr<void*> spare = engine.TakeSpareState();
   if (!spare.ok()) return spare.status();
   const std::vector<PayloadBlock> blocks = snapshot::PayloadBlocks(model);
-  const int64_t head_bytes = snapshot::HeadBytes(model);
+  const int64_t head_bytes = snapshot::HeadBytes(model, snapshot::FormatVersion(in));
   auto dtype_of = [in](int32_t layer) { return snapshot::PayloadDType(in, layer); };
   const std::vector<const char*> starts = BlockStarts<const char>(blocks, in + head_bytes, dtype_of);
   std::unique_ptr<char[]> staging(new char[snapshot::kBlockBytes]);

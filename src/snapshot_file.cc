@@ -309,7 +309,12 @@ absl::Status LoadSnapshotFile(Session& session, const std::string& path) {
     return *intact ? problem : snapshot::ChecksumMismatch();
   }
   if (*got != static_cast<int64_t>(head.size())) return snapshot::ChecksumMismatch();
-  return RestoreStreamed(session, fd, head.data(), *got, path);
+  // An older format's head is shorter: its payload starts inside what was read.
+  const int64_t head_bytes = snapshot::HeadBytes(model, snapshot::FormatVersion(head.data()));
+  if (head_bytes != *got && ::lseek(fd, head_bytes, SEEK_SET) != head_bytes) {
+    return IoError("seek in", path, errno);
+  }
+  return RestoreStreamed(session, fd, head.data(), head_bytes, path);
 }
 
 }  // namespace lumen

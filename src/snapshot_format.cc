@@ -30,7 +30,16 @@ uint64_t GetU64(const char* in) {
 }
 
 int64_t PayloadBytes(const LayerSpec& spec, DType dtype) {
-  return (spec.matrix_count() + spec.normalizer_count()) * DTypeSize(dtype);
+  return spec.state_count() * DTypeSize(dtype);
+}
+
+int64_t RecordBytes(uint32_t version) {
+  return version == 1 ? kLayerRecordBytesVersion1 : kLayerRecordBytes;
+}
+
+// Layer record `layer` of a head that passed CheckHead.
+const char* Record(const char* head, int32_t layer) {
+  return head + kHeaderBytes + layer * RecordBytes(FormatVersion(head));
 }
 
 // Converts `count` state values between the two storage types (fp32 <-> bf16).
@@ -58,7 +67,8 @@ absl::Status Mismatch(absl::string_view what) {
 }
 
 // Checks a layer record against the session's layer; the payload must match too.
-absl::Status CheckLayerRecord(const char* record, int32_t index, const LayerSpec& spec) {
+absl::Status CheckLayerRecord(const char* record, uint32_t version, int32_t index,
+                              const LayerSpec& spec) {
   const uint32_t family = GetU32(record);
   const uint32_t h = GetU32(record + 4), hv = GetU32(record + 8);
   const uint32_t k = GetU32(record + 12), v = GetU32(record + 16);
@@ -87,6 +97,16 @@ absl::Status CheckLayerRecord(const char* record, int32_t index, const LayerSpec
     return Mismatch(absl::StrCat("layer ", index, (spec.normalize ? " lacks" : " has"),
                                  " a normalizer in the snapshot"));
   }
+  // Version 1 knew no convolutions: its layers have none.
+  const uint32_t conv_size = version >= 2 ? GetU32(record + 48) : 0;
+  if (conv_size != static_cast<uint32_t>(spec.conv_size)) {
+    return Mismatch(absl::StrCat("layer ", index, " has conv_size ", conv_size,
+                                 " in the snapshot but ", spec.conv_size,
+                                 " in the session's model"));
+  }
+  if (version >= 2 && GetU32(record + 52) != 0) {
+    return Corrupt(absl::StrCat("layer ", index, " has reserved bits set"));
+  }
   const uint64_t tokens = GetU64(record + 32);
   if (static_cast<int64_t>(tokens) < 0) {
     return Corrupt(absl::StrCat("layer ", index, " has a negative token count"));
@@ -104,8 +124,12 @@ absl::Status CheckLayerRecord(const char* record, int32_t index, const LayerSpec
 
 }  // namespace
 
-int64_t HeadBytes(const Model& model) {
-  return kHeaderBytes + model.num_layers() * kLayerRecordBytes;
+uint32_t FormatVersion(const char* head) { return GetU32(head + 8); }
+
+int64_t HeadBytes(const Model& model) { return HeadBytes(model, kFormatVersion); }
+
+int64_t HeadBytes(const Model& model, uint32_t version) {
+  return kHeaderBytes + model.num_layers() * RecordBytes(version);
 }
 
 // Model::Create bounds the layers and the state so that no snapshot size can overflow.
@@ -137,6 +161,8 @@ void WriteHead(const Session& session, DType dtype, char* out) {
     PutU32(record + 28, spec.normalize ? 1 : 0);
     PutU64(record + 32, static_cast<uint64_t>(session.tokens(i)));
     PutU64(record + 40, static_cast<uint64_t>(PayloadBytes(spec, dtype)));
+    PutU32(record + 48, static_cast<uint32_t>(spec.conv_size));
+    PutU32(record + 52, 0);
   }
 }
 
@@ -169,13 +195,14 @@ absl::Status CheckHead(const Model& model, const char* in, int64_t size) {
     return Mismatch(absl::StrCat("it has ", num_layers, " layers, the session's model has ",
                                  model.num_layers()));
   }
+  const int64_t record_bytes = RecordBytes(version);
   CheckedInt64 expected_size =
-      CheckedInt64(kHeaderBytes) + kChecksumBytes + CheckedInt64(num_layers) * kLayerRecordBytes;
+      CheckedInt64(kHeaderBytes) + kChecksumBytes + CheckedInt64(num_layers) * record_bytes;
   if (size < expected_size.value()) return Corrupt("truncated layer records");
   const char* records = in + kHeaderBytes;
   for (int32_t i = 0; i < model.num_layers(); ++i) {
-    const char* record = records + i * kLayerRecordBytes;
-    absl::Status status = CheckLayerRecord(record, i, model.layer(i));
+    const char* record = records + i * record_bytes;
+    absl::Status status = CheckLayerRecord(record, version, i, model.layer(i));
     if (!status.ok()) return status;
     // Checked equal to the layer's payload size, which the model bounds.
     expected_size += static_cast<int64_t>(GetU64(record + 40));
@@ -209,7 +236,7 @@ std::vector<PayloadBlock> PayloadBlocks(const Model& model) {
   const int64_t per_block = kBlockBytes / 4;
   for (int32_t i = 0; i < model.num_layers(); ++i) {
     const LayerSpec& spec = model.layer(i);
-    const int64_t count = spec.matrix_count() + spec.normalizer_count();
+    const int64_t count = spec.state_count();
     for (int64_t first = 0; first < count; first += per_block) {
       blocks.push_back({i, first, std::min(per_block, count - first)});
     }
@@ -218,7 +245,7 @@ std::vector<PayloadBlock> PayloadBlocks(const Model& model) {
 }
 
 DType PayloadDType(const char* head, int32_t layer) {
-  return static_cast<DType>(GetU32(head + kHeaderBytes + layer * kLayerRecordBytes + 20));
+  return static_cast<DType>(GetU32(Record(head, layer) + 20));
 }
 
 absl::Status ReadBlock(const Session& session, const PayloadBlock& block, DType dtype,
@@ -251,8 +278,7 @@ void Commit(Session& session, void* state_block, const char* head) {
   Engine& engine = session.engine();
   engine.ReturnSpareState(session.ExchangeBlock(state_block));
   for (int32_t i = 0; i < session.model().num_layers(); ++i) {
-    const char* record = head + kHeaderBytes + i * kLayerRecordBytes;
-    session.SetTokens(i, static_cast<int64_t>(GetU64(record + 32)));
+    session.SetTokens(i, static_cast<int64_t>(GetU64(Record(head, i) + 32)));
   }
 }
 

@@ -14,19 +14,27 @@
 namespace lumen::snapshot {
 
 inline constexpr char kMagic[8] = {'L', 'U', 'M', 'E', 'N', 'S', 'N', 'P'};
-inline constexpr uint32_t kFormatVersion = 1;
+// Version 2 added the conv windows (payload) and the conv width (layer records); version 1
+// snapshots, of layers without convolutions, still restore.
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr int64_t kHeaderBytes = 32;
-inline constexpr int64_t kLayerRecordBytes = 48;
+inline constexpr int64_t kLayerRecordBytes = 56;
+inline constexpr int64_t kLayerRecordBytesVersion1 = 48;
 inline constexpr int64_t kChecksumBytes = 8;
 inline constexpr int64_t kMinimumBytes = kHeaderBytes + kChecksumBytes;
-inline constexpr uint32_t kLayoutCanonical = 1;  // [HV, K, V], then [HV, K]
+// [HV, K, V], then [HV, K], then (version 2) the conv windows [C, W-1] of q, k, v.
+inline constexpr uint32_t kLayoutCanonical = 1;
 
 // Payload moves in blocks of at most this many bytes of fp32 state, small enough to stay in
 // cache between a copy and its checksum.
 inline constexpr int64_t kBlockBytes = 256 * 1024;
 
-// Bytes of the header and the layer records, and of a whole snapshot.
+// The format version a head says it is in (valid once CheckMagic has passed).
+uint32_t FormatVersion(const char* head);
+// Bytes of the header and the layer records, as written now or in a given format version
+// (versions from 1 to kFormatVersion), and of a whole snapshot.
 int64_t HeadBytes(const Model& model);
+int64_t HeadBytes(const Model& model, uint32_t version);
 int64_t SnapshotSize(const Model& model, DType dtype);
 
 // Writes the header and layer records of the session's snapshot: HeadBytes(model) bytes.

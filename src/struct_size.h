@@ -4,8 +4,10 @@
 // extensible structs (copy_struct_from_user): a caller built against an older header passes
 // a smaller size, one built against a newer header a larger one.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -33,6 +35,17 @@ absl::Status CheckStructSize(const Struct& user_struct, absl::string_view type_n
                              size_t min_size = sizeof(Struct)) {
   return CheckStructSize(&user_struct, user_struct.struct_size, min_size, sizeof(Struct),
                          type_name);
+}
+
+// The caller's struct as this library's version of it: the bytes the caller passed (at most
+// sizeof(Struct)), and zeros, each new field's default, for the fields an older caller's
+// struct lacks. Call after CheckStructSize.
+template <typename Struct>
+Struct CurrentLayout(const Struct& user_struct) {
+  Struct current{};
+  std::memcpy(&current, &user_struct,
+              std::min<size_t>(user_struct.struct_size, sizeof(Struct)));
+  return current;
 }
 
 }  // namespace lumen

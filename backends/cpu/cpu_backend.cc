@@ -109,6 +109,14 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
     RunRecurrent(rule, seq, state, normalizer);
   }
 
+  if (in.skip_x != nullptr) {  // Mamba-2's D skip: o_t += D[h] * x_t
+    const float d = spec.d_skip[value_head];
+    const float* x = in.skip_x + (t0 * HV + value_head) * V;
+    for (int64_t t = 0; t < seq.num_tokens; ++t) {
+      for (int64_t j = 0; j < V; ++j) seq.o[t * seq.o_stride + j] += d * x[t * seq.v_stride + j];
+    }
+  }
+
   if (bf16) {
     uint16_t* stored = static_cast<uint16_t*>(block);
     StoreFromFloat(state, DType::kBFloat16, stored + matrix_offset, K * V);
@@ -127,8 +135,7 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   // Everything that allocates happens here, before any state changes, so that running out
   // of memory leaves every session as it was.
   try {
-    absl::Status status =
-        PrepareInputs(spec, *run.inputs, run.cu_seqlens, run.check_values, &prepared_);
+    absl::Status status = PrepareInputs(spec, run, pool_, &prepared_);
     if (!status.ok()) return status;
     if (!direct_output) output_scratch_.resize(out_count);
     for (SlotScratch& scratch : scratch_) {
@@ -146,6 +153,8 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
     RunHead(spec, run, prepared_, o, static_cast<int32_t>(task / HV),
             static_cast<int32_t>(task % HV), scratch_[slot]);
   });
+
+  CommitConvWindows(spec, run, prepared_);
 
   if (!direct_output) {
     StoreFromFloat(output_scratch_.data(), static_cast<DType>(run.output->dtype), run.output->o,

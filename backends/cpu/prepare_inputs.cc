@@ -49,21 +49,44 @@ float FeatureMapValue(FeatureMap map, float x) {
   }
 }
 
-// q or k: checked, then l2norm (optional), the feature map and the scale, per row of K.
-absl::Status PrepareQueryOrKey(const LayerSpec& spec, const Call& call, const char* tensor,
-                               const void* src, int32_t dtype, float scale,
-                               std::vector<float>* storage, const float** out) {
-  const int64_t count = call.tokens() * spec.num_heads * spec.key_dim;
-  const bool transforms = spec.qk_l2norm || spec.feature_map != FeatureMap::kIdentity ||
-                          scale != 1.0f;
-  const float* raw = AsFloats(src, count, dtype, storage);
-  absl::Status status =
-      CheckValues(call, tensor, raw, spec.num_heads, spec.key_dim, kFiniteValues);
-  if (!status.ok() || !transforms) {
-    *out = raw;
+// One part [tokens, heads, per_head], its raw values checked, then convolved, as fp32 in
+// *values: the caller's buffer itself when it is fp32 and the layer has no convolution, else
+// `storage`.
+absl::Status LoadPart(const LayerSpec& spec, const LayerRun& run, const Call& call,
+                      ThreadPool& pool, int32_t part, const char* tensor, const void* src,
+                      int64_t heads, int64_t per_head, std::vector<float>* storage,
+                      PreparedInputs* out, const float** values) {
+  const int32_t dtype = run.inputs->dtype;
+  const int64_t count = call.tokens() * heads * per_head;
+  const bool conv = spec.conv_size > 0;
+  const float* raw = AsFloats(src, count, dtype, conv ? &out->conv_input : storage);
+  absl::Status status = CheckValues(call, tensor, raw, heads, per_head, kFiniteValues);
+  if (!status.ok() || !conv) {
+    *values = raw;
     return status;
   }
-  if (raw != storage->data()) storage->assign(raw, raw + count);
+  storage->resize(count);
+  ConvolvePart(spec, run, part, raw, storage->data(), &out->next_windows[part],
+               &out->conv_scratch, pool);
+  *values = storage->data();
+  return absl::OkStatus();
+}
+
+// q or k: checked and convolved, then l2norm (optional), the feature map and the scale, per
+// row of K.
+absl::Status PrepareQueryOrKey(const LayerSpec& spec, const LayerRun& run, const Call& call,
+                               ThreadPool& pool, int32_t part, const char* tensor,
+                               const void* src, float scale, std::vector<float>* storage,
+                               PreparedInputs* out, const float** result) {
+  const int64_t count = call.tokens() * spec.num_heads * spec.key_dim;
+  const float* values = nullptr;
+  absl::Status status = LoadPart(spec, run, call, pool, part, tensor, src, spec.num_heads,
+                                 spec.key_dim, storage, out, &values);
+  *result = values;
+  const bool transforms = spec.qk_l2norm || spec.feature_map != FeatureMap::kIdentity ||
+                          scale != 1.0f;
+  if (!status.ok() || !transforms) return status;
+  if (values != storage->data()) storage->assign(values, values + count);
   const int64_t dim = spec.key_dim;
   for (float* row = storage->data(); row < storage->data() + count; row += dim) {
     float factor = scale;
@@ -82,7 +105,7 @@ absl::Status PrepareQueryOrKey(const LayerSpec& spec, const Call& call, const ch
       }
     }
   }
-  *out = storage->data();
+  *result = storage->data();
   return absl::OkStatus();
 }
 
@@ -90,22 +113,22 @@ float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 }  // namespace
 
-absl::Status PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inputs,
-                           absl::Span<const int32_t> cu_seqlens, bool check_values,
+absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPool& pool,
                            PreparedInputs* out) {
-  const Call call{cu_seqlens, check_values};
-  const int64_t tokens = call.tokens();
+  const lumen_layer_inputs& inputs = *run.inputs;
+  const Call call{run.cu_seqlens, run.check_values};
   const int32_t dtype = inputs.dtype;
-  absl::Status status = PrepareQueryOrKey(spec, call, "q", inputs.q, dtype, spec.scale,
-                                          &out->q_storage, &out->q);
+  const int64_t tokens = run.num_tokens();
+  absl::Status status = PrepareQueryOrKey(spec, run, call, pool, kConvQ, "q", inputs.q,
+                                          spec.scale, &out->q_storage, out, &out->q);
   if (!status.ok()) return status;
-  status = PrepareQueryOrKey(spec, call, "k", inputs.k, dtype, 1.0f, &out->k_storage, &out->k);
-  if (!status.ok()) return status;
-  const int64_t heads = spec.num_value_heads;
-  out->v = AsFloats(inputs.v, tokens * heads * spec.value_dim, dtype, &out->v_storage);
-  status = CheckValues(call, "v", out->v, heads, spec.value_dim, kFiniteValues);
+  status = PrepareQueryOrKey(spec, run, call, pool, kConvK, "k", inputs.k, 1.0f,
+                             &out->k_storage, out, &out->k);
   if (!status.ok()) return status;
 
+  const int64_t heads = spec.num_value_heads;
+  // Mamba-2 (ssd with gate_raw) scales each head's write by its dt.
+  const bool mamba2 = spec.family == Family::kSsd && spec.gate_raw;
   if (spec.family == Family::kRetention) {
     out->g_storage.resize(heads);
     for (int64_t h = 0; h < heads; ++h) out->g_storage[h] = std::log(spec.decay[h]);
@@ -122,6 +145,7 @@ absl::Status PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inpu
       if (out->g != out->g_storage.data()) {
         out->g_storage.assign(out->g, out->g + tokens * per_token);
       }
+      if (mamba2) out->dt_storage.resize(tokens * heads);
       const int64_t bias_per_head = static_cast<int64_t>(spec.dt_bias.size()) / heads;
       for (int64_t t = 0; t < tokens; ++t) {
         float* g = out->g_storage.data() + t * per_token;
@@ -129,7 +153,9 @@ absl::Status PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inpu
           const float a = -std::exp(spec.a_log[h]);
           for (int64_t i = 0; i < per_head; ++i) {
             const float bias = spec.dt_bias[h * bias_per_head + (bias_per_head == 1 ? 0 : i)];
-            g[h * per_head + i] = a * Softplus(g[h * per_head + i] + bias);
+            const float dt = Softplus(g[h * per_head + i] + bias);
+            g[h * per_head + i] = a * dt;
+            if (mamba2) out->dt_storage[t * heads + h] = dt;
           }
         }
       }
@@ -138,6 +164,26 @@ absl::Status PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inpu
   } else {
     out->g = nullptr;
     out->g_token_stride = 0;
+  }
+
+  const int64_t value_dim = spec.value_dim;
+  const int64_t v_count = tokens * heads * value_dim;
+  const float* x = nullptr;
+  status = LoadPart(spec, run, call, pool, kConvV, "v", inputs.v, heads, value_dim,
+                    &out->x_storage, out, &x);
+  if (!status.ok()) return status;
+  out->skip_x = mamba2 && !spec.d_skip.empty() ? x : nullptr;
+  if (mamba2) {
+    out->v_storage.resize(v_count);
+    for (int64_t row = 0; row < tokens * heads; ++row) {
+      const float dt = out->dt_storage[row];
+      for (int64_t j = 0; j < value_dim; ++j) {
+        out->v_storage[row * value_dim + j] = x[row * value_dim + j] * dt;
+      }
+    }
+    out->v = out->v_storage.data();
+  } else {
+    out->v = x;
   }
 
   if (spec.delta_rule()) {
@@ -156,6 +202,13 @@ absl::Status PrepareInputs(const LayerSpec& spec, const lumen_layer_inputs& inpu
     out->beta = nullptr;
   }
   return absl::OkStatus();
+}
+
+void CommitConvWindows(const LayerSpec& spec, const LayerRun& run, const PreparedInputs& in) {
+  if (spec.conv_size == 0) return;
+  for (int32_t part = 0; part < kNumConvParts; ++part) {
+    StoreConvWindows(spec, run, part, in.next_windows[part]);
+  }
 }
 
 }  // namespace lumen::cpu

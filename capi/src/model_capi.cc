@@ -24,6 +24,49 @@ void lumen_layer_options_init(lumen_layer_options* options) {
   options->struct_size = sizeof(lumen_layer_options);
   options->state_dtype = LUMEN_DTYPE_FLOAT32;
   options->feature_map = LUMEN_FEATURE_MAP_IDENTITY;
+  options->conv_activation = LUMEN_CONV_ACTIVATION_SILU;
+}
+
+// The presets' numbers and their sources are in the header and the README.
+void lumen_layer_options_init_qwen3_next_gated_delta_net(lumen_layer_options* options) {
+  if (options == nullptr) return;
+  lumen_layer_options_init(options);
+  options->family = LUMEN_FAMILY_GATED_DELTA_NET;
+  options->num_heads = 16;
+  options->num_value_heads = 32;
+  options->key_dim = 128;
+  options->value_dim = 128;
+  options->qk_l2norm = 1;
+  options->beta_sigmoid = 1;
+  options->gate_raw = 1;
+  options->conv_size = 4;
+}
+
+void lumen_layer_options_init_kimi_linear_kda(lumen_layer_options* options) {
+  if (options == nullptr) return;
+  lumen_layer_options_init(options);
+  options->family = LUMEN_FAMILY_KDA;
+  options->num_heads = 32;
+  options->num_value_heads = 32;
+  options->key_dim = 128;
+  options->value_dim = 128;
+  options->qk_l2norm = 1;
+  options->beta_sigmoid = 1;
+  options->gate_raw = 1;
+  options->conv_size = 4;
+}
+
+void lumen_layer_options_init_mamba2(lumen_layer_options* options) {
+  if (options == nullptr) return;
+  lumen_layer_options_init(options);
+  options->family = LUMEN_FAMILY_SSD;
+  options->num_heads = 1;          // ngroups
+  options->num_value_heads = 80;   // d_model 2560 * expand 2 / headdim 64
+  options->key_dim = 128;          // d_state
+  options->value_dim = 64;         // headdim
+  options->scale = 1.0f;
+  options->gate_raw = 1;
+  options->conv_size = 4;          // d_conv
 }
 
 lumen_status lumen_model_builder_create(lumen_model_builder** out) {
@@ -107,6 +150,8 @@ lumen_status lumen_model_layer_options(const lumen_model* model, int32_t layer,
   options.beta_sigmoid = spec.beta_sigmoid;
   options.gate_raw = spec.gate_raw;
   options.state_dtype = static_cast<int32_t>(spec.state_dtype);
+  options.conv_size = spec.conv_size;
+  options.conv_activation = static_cast<int32_t>(spec.conv_activation);
   *out = options;
   return Ok();
 }
@@ -125,6 +170,11 @@ lumen_status lumen_model_state_count(const lumen_model* model, int32_t layer,
       return Ok();
     case LUMEN_STATE_NORMALIZER:
       *out = spec.normalizer_count();
+      return Ok();
+    case LUMEN_STATE_CONV_Q:
+    case LUMEN_STATE_CONV_K:
+    case LUMEN_STATE_CONV_V:
+      *out = spec.conv_count(part - LUMEN_STATE_CONV_Q);
       return Ok();
   }
   return Fail(LUMEN_ERROR_INVALID_ARGUMENT,

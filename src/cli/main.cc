@@ -1,6 +1,8 @@
 // lumen: the command-line program. Its default run is the project's main job: stream a long
-// sequence through one session of a Qwen3-Next-sized gated_delta_net stack and show that the
-// cost per token and the memory per session stay flat while a softmax KV cache would grow.
+// sequence through one session of a stack of Qwen3-Next's Gated DeltaNet layers (the preset,
+// short convolution included, so the session holds the whole per-conversation state of those
+// layers) and show that the cost per token and the memory per session stay flat while a
+// softmax KV cache would grow.
 //
 // Uses only the public C API (lumen/lumen.h), as any application would. `lumen bench` runs
 // the GPU benchmark of a CUDA build.
@@ -30,12 +32,14 @@
 
 namespace {
 
-// The stack: Qwen3-Next's linear-attention layers.
+// The stack: Qwen3-Next's linear-attention layers, as lumen_layer_options_init_qwen3_next_
+// gated_delta_net describes them (BuildModel checks that these match the preset).
 constexpr int32_t kLayers = 4;
 constexpr int32_t kHeads = 16;       // H, query/key heads
 constexpr int32_t kValueHeads = 32;  // HV, value heads
 constexpr int32_t kKeyDim = 128;     // K
 constexpr int32_t kValueDim = 128;   // V
+constexpr int32_t kConvSize = 4;     // W of the q/k/v convolutions
 
 // Inputs come from a pool of pre-generated random tokens so that generating them stays out
 // of the timing. A prefill chunk is a run of consecutive pool tokens, so it must fit.
@@ -96,9 +100,10 @@ void PrintUsage(std::FILE* to) {
                "       lumen bench [--quick]   (GPU decode and prefill timings; CUDA builds)\n"
                "\n"
                "Streams N tokens (default %lld), one lumen_session_step per layer per token,\n"
-               "through one session of %d gated_delta_net layers (H=%d, HV=%d, K=V=%d, as in\n"
-               "Qwen3-Next) and prints latency and memory as the context grows, next to the\n"
-               "KV cache a softmax-attention stack of the same width would need.\n"
+               "through one session of %d Qwen3-Next Gated DeltaNet layers (H=%d, HV=%d,\n"
+               "K=V=%d, q/k/v convolutions of width %d) and prints latency and memory as the\n"
+               "context grows, next to the KV cache a softmax-attention stack of the same\n"
+               "width would need.\n"
                "\n"
                "  --tokens N   tokens to step through the session (default %lld; 0 = none)\n"
                "  --prefill N  first prefill N tokens with lumen_session_prefill in chunks of\n"
@@ -113,7 +118,7 @@ void PrintUsage(std::FILE* to) {
                "and steps %lld more tokens (lumen --resume FILE --resume-at T --resume-output\n"
                "OUT), and its outputs are compared with the uninterrupted session's.\n",
                static_cast<long long>(kDefaultTokens), kLayers, kHeads, kValueHeads, kKeyDim,
-               static_cast<long long>(kDefaultTokens), kPrefillChunk,
+               kConvSize, static_cast<long long>(kDefaultTokens), kPrefillChunk,
                static_cast<long long>(kResumeTokens));
 }
 
@@ -185,27 +190,44 @@ void SetGateParams(lumen_model_builder* builder, int32_t layer, std::mt19937& rn
         "lumen_model_builder_set_param(dt_bias)");
 }
 
+// Convolution weights as PyTorch initialises Conv1d(C, C, W, groups=C, bias=False), which
+// Qwen3-Next uses: U(-1/sqrt(W), 1/sqrt(W)).
+void SetConvParams(lumen_model_builder* builder, int32_t layer, std::mt19937& rng) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(kConvSize));
+  std::uniform_real_distribution<float> weight(-bound, bound);
+  const struct {
+    lumen_param param;
+    int64_t channels;
+  } parts[] = {{LUMEN_PARAM_CONV_Q_WEIGHT, int64_t{kHeads} * kKeyDim},
+               {LUMEN_PARAM_CONV_K_WEIGHT, int64_t{kHeads} * kKeyDim},
+               {LUMEN_PARAM_CONV_V_WEIGHT, int64_t{kValueHeads} * kValueDim}};
+  for (const auto& part : parts) {
+    std::vector<float> values(part.channels * kConvSize);
+    for (float& value : values) value = weight(rng);
+    Check(lumen_model_builder_set_param(builder, layer, part.param, values.data(),
+                                        static_cast<int64_t>(values.size())),
+          "lumen_model_builder_set_param(conv weight)");
+  }
+}
+
 Owned<lumen_model> BuildModel(std::mt19937& rng) {
   lumen_model_builder* raw_builder = nullptr;
   Check(lumen_model_builder_create(&raw_builder), "lumen_model_builder_create");
   Owned<lumen_model_builder> builder(raw_builder);
 
   lumen_layer_options options;
-  lumen_layer_options_init(&options);
-  options.family = LUMEN_FAMILY_GATED_DELTA_NET;
-  options.num_heads = kHeads;
-  options.num_value_heads = kValueHeads;
-  options.key_dim = kKeyDim;
-  options.value_dim = kValueDim;
-  options.qk_l2norm = 1;
-  options.beta_sigmoid = 1;
-  options.gate_raw = 1;
-  options.state_dtype = LUMEN_DTYPE_FLOAT32;
+  lumen_layer_options_init_qwen3_next_gated_delta_net(&options);
+  if (options.num_heads != kHeads || options.num_value_heads != kValueHeads ||
+      options.key_dim != kKeyDim || options.value_dim != kValueDim ||
+      options.conv_size != kConvSize) {
+    Fail("the Qwen3-Next preset no longer has the dims this program was written for");
+  }
   for (int32_t i = 0; i < kLayers; ++i) {
     int32_t layer = -1;
     Check(lumen_model_builder_add_layer(builder.get(), &options, &layer),
           "lumen_model_builder_add_layer");
     SetGateParams(builder.get(), layer, rng);
+    SetConvParams(builder.get(), layer, rng);
   }
 
   lumen_model* model = nullptr;
@@ -372,22 +394,33 @@ std::vector<int64_t> Checkpoints(int64_t tokens) {
   return points;
 }
 
-void PrintHeader(lumen_engine* engine, int64_t state_bytes) {
+void PrintHeader(const lumen_model* model, lumen_engine* engine, int64_t state_bytes) {
   lumen_backend backend = LUMEN_BACKEND_AUTO;
   Check(lumen_engine_backend(engine, &backend), "lumen_engine_backend");
   int32_t threads = 0;
   Check(lumen_engine_num_threads(engine, &threads), "lumen_engine_num_threads");
   std::printf("lumen %s: main job\n", lumen_version_string());
-  std::printf("model:   %d x gated_delta_net, H=%d HV=%d K=%d V=%d (Qwen3-Next's linear layers),\n"
-              "         qk_l2norm, beta_sigmoid, gate_raw (random A_log, dt_bias); fp32 state\n",
-              kLayers, kHeads, kValueHeads, kKeyDim, kValueDim);
+  std::printf("model:   %d x Qwen3-Next Gated DeltaNet (lumen_layer_options_init_qwen3_next_\n"
+              "         gated_delta_net): H=%d HV=%d K=%d V=%d, q/k/v convolutions of width %d\n"
+              "         with SiLU, qk_l2norm, beta_sigmoid, gate_raw; random A_log, dt_bias and\n"
+              "         conv weights; fp32 state\n",
+              kLayers, kHeads, kValueHeads, kKeyDim, kValueDim, kConvSize);
   std::printf("inputs:  random bf16 from a pool of %d pre-generated tokens, cycled; each layer\n"
               "         gets its own random q/k/v/g/beta (layers are not chained)\n",
               kPoolTokens);
   std::printf("engine:  backend %s (asked for AUTO), %d thread%s\n",
               lumen_backend_string(backend), threads, threads == 1 ? "" : "s");
-  std::printf("session: %s of state for all %d layers, whatever the context length\n",
-              FormatBytes(static_cast<double>(state_bytes)).c_str(), kLayers);
+  int64_t matrix = 0, windows = 0;
+  for (int32_t part = LUMEN_STATE_MATRIX; part <= LUMEN_STATE_CONV_V; ++part) {
+    int64_t count = 0;
+    Check(lumen_model_state_count(model, 0, part, &count), "lumen_model_state_count");
+    (part == LUMEN_STATE_MATRIX ? matrix : windows) += count;
+  }
+  std::printf("session: %s of state for all %d layers, whatever the context length: per\n"
+              "         layer the matrices (%s) and the conv windows of the last %d inputs (%s)\n",
+              FormatBytes(static_cast<double>(state_bytes)).c_str(), kLayers,
+              FormatBytes(4.0 * matrix).c_str(), kConvSize - 1,
+              FormatBytes(4.0 * windows).c_str());
   std::printf("softmax: the KV cache compared is %d layers x %d heads x (%d + %d) dims x bf16\n"
               "         per token\n\n",
               kLayers, kValueHeads, kKeyDim, kValueDim);
@@ -625,7 +658,7 @@ int main(int argc, char** argv) {
 
   if (!args.resume.empty()) return RunResumed(args, engine.get(), pool);
 
-  PrintHeader(engine.get(), state_bytes);
+  PrintHeader(model.get(), engine.get(), state_bytes);
   if (args.prefill > 0) RunPrefill(session.get(), pool, args.prefill);
   if (args.tokens > 0) {
     const StreamResult stream =

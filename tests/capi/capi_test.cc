@@ -187,6 +187,8 @@ TEST_CASE("options_init functions fill the documented defaults", "[capi]") {
   CHECK(lo.beta_sigmoid == 0);
   CHECK(lo.gate_raw == 0);
   CHECK(lo.state_dtype == LUMEN_DTYPE_FLOAT32);
+  CHECK(lo.conv_size == 0);
+  CHECK(lo.conv_activation == LUMEN_CONV_ACTIVATION_SILU);
 
   lumen_engine_options eo;
   std::memset(&eo, 0x5a, sizeof eo);
@@ -413,6 +415,16 @@ TEST_CASE("bad layer options are rejected with a message naming the problem", "[
          o->normalize_eps = -1.0f;
        },
        {"normalize_eps", "eps"}},
+      {"conv_size < 0", [](lumen_layer_options* o) { o->conv_size = -1; }, {"conv_size"}},
+      {"conv_size = 65", [](lumen_layer_options* o) { o->conv_size = 65; }, {"conv_size"}},
+      {"conv_activation = 2",
+       [](lumen_layer_options* o) {
+         o->conv_size = 4;
+         o->conv_activation = 2;
+       },
+       {"conv_activation"}},
+      {"conv_activation = -1", [](lumen_layer_options* o) { o->conv_activation = -1; },
+       {"conv_activation"}},
   };
   for (const auto& b : bad) {
     INFO(b.name << " (on linear_attn)");
@@ -438,7 +450,7 @@ TEST_CASE("bad layer options are rejected with a message naming the problem", "[
       {"feature_map on kda", LUMEN_FAMILY_KDA,
        [](lumen_layer_options* o) { o->feature_map = LUMEN_FEATURE_MAP_RELU; },
        {"feature_map", "feature map"}},
-      {"gate_raw on ssd", LUMEN_FAMILY_SSD, [](lumen_layer_options* o) { o->gate_raw = 1; },
+      {"gate_raw on gla", LUMEN_FAMILY_GLA, [](lumen_layer_options* o) { o->gate_raw = 1; },
        {"gate_raw"}},
       {"gate_raw on delta_net", LUMEN_FAMILY_DELTA_NET,
        [](lumen_layer_options* o) { o->gate_raw = 1; }, {"gate_raw"}},
@@ -573,6 +585,248 @@ TEST_CASE("parameters: layer index, count, applicability and values are checked"
   BuilderPtr empty_owned(empty);
   CheckFailure(lumen_model_builder_build(empty, &again), LUMEN_ERROR_INVALID_ARGUMENT,
                {"layer"});
+}
+
+TEST_CASE("convolution and Mamba-2 parameters are checked, at set_param and at build",
+          "[capi][conv]") {
+  lumen_model_builder* raw = nullptr;
+  REQUIRE(lumen_model_builder_create(&raw) == LUMEN_OK);
+  BuilderPtr builder(raw);
+  RefLayer conv = Layer(LUMEN_FAMILY_GATED_DELTA_NET, 2, 4, 8, 6);  // C: 16, 16, 24
+  conv.conv_size = 3;
+  RefLayer mamba2 = Layer(LUMEN_FAMILY_SSD, 1, 4, 8, 6);
+  mamba2.gate_raw = true;
+  const RefLayer plain = Layer(LUMEN_FAMILY_GLA, 2, 4, 8, 6);
+  RefLayer ssd = Layer(LUMEN_FAMILY_SSD, 1, 4, 8, 6);
+  for (const RefLayer* l : std::vector<const RefLayer*>{&conv, &mamba2, &plain, &ssd}) {
+    const lumen_layer_options o = ToOptions(*l);
+    REQUIRE(lumen_model_builder_add_layer(builder.get(), &o, nullptr) == LUMEN_OK);
+  }
+  auto set = [&](int32_t layer, int32_t p, const std::vector<float>& v) {
+    return lumen_model_builder_set_param(builder.get(), layer, p, v.data(),
+                                         static_cast<int64_t>(v.size()));
+  };
+  const std::vector<float> q_weight(16 * 3, 0.25f), v_weight(24 * 3, 0.25f);
+  const std::vector<float> q_bias(16, 0.5f), v_bias(24, 0.5f), four(4, 0.5f);
+  {
+    INFO("conv weights and biases need their [C, W] and [C] sizes");
+    CheckFailure(set(0, LUMEN_PARAM_CONV_Q_WEIGHT, v_weight), LUMEN_ERROR_INVALID_ARGUMENT,
+                 {"conv_q_weight"});
+    CheckFailure(set(0, LUMEN_PARAM_CONV_V_WEIGHT, q_weight), LUMEN_ERROR_INVALID_ARGUMENT,
+                 {"conv_v_weight"});
+    CheckFailure(set(0, LUMEN_PARAM_CONV_K_BIAS, v_bias), LUMEN_ERROR_INVALID_ARGUMENT,
+                 {"conv_k_bias"});
+    CheckFailure(set(0, LUMEN_PARAM_CONV_V_BIAS, q_bias), LUMEN_ERROR_INVALID_ARGUMENT,
+                 {"conv_v_bias"});
+  }
+  {
+    INFO("conv weights must be finite");
+    std::vector<float> w = q_weight;
+    w[7] = kNaN;
+    CheckFailure(set(0, LUMEN_PARAM_CONV_K_WEIGHT, w), LUMEN_ERROR_INVALID_ARGUMENT,
+                 {"conv_k_weight", "finite"});
+    w[7] = kInf;
+    CheckFailure(set(0, LUMEN_PARAM_CONV_Q_BIAS, std::vector<float>(w.begin(), w.begin() + 16)),
+                 LUMEN_ERROR_INVALID_ARGUMENT, {"conv_q_bias", "finite"});
+  }
+  {
+    INFO("parameters the layer does not take");
+    CheckFailure(set(2, LUMEN_PARAM_CONV_Q_WEIGHT, q_weight), LUMEN_ERROR_INVALID_ARGUMENT,
+                 {"conv_size"});
+    CheckFailure(set(2, LUMEN_PARAM_CONV_V_BIAS, v_bias), LUMEN_ERROR_INVALID_ARGUMENT,
+                 {"conv_size"});
+    CheckFailure(set(0, LUMEN_PARAM_D, four), LUMEN_ERROR_INVALID_ARGUMENT, {"D"});
+    CheckFailure(set(3, LUMEN_PARAM_D, four), LUMEN_ERROR_INVALID_ARGUMENT, {"gate_raw"});
+    CheckFailure(set(3, LUMEN_PARAM_A_LOG, four), LUMEN_ERROR_INVALID_ARGUMENT, {"gate_raw"});
+  }
+  {
+    INFO("D of Mamba-2: [HV], finite");
+    CheckFailure(set(1, LUMEN_PARAM_D, std::vector<float>(3, 1.0f)),
+                 LUMEN_ERROR_INVALID_ARGUMENT, {"D"});
+    std::vector<float> d = four;
+    d[0] = kNaN;
+    CheckFailure(set(1, LUMEN_PARAM_D, d), LUMEN_ERROR_INVALID_ARGUMENT, {"D", "finite"});
+  }
+
+  // Build names the first missing parameter: the conv weights, then Mamba-2's A_log, dt_bias.
+  lumen_model* model = nullptr;
+  CheckFailure(lumen_model_builder_build(builder.get(), &model), LUMEN_ERROR_INVALID_ARGUMENT,
+               {"conv_q_weight"});
+  REQUIRE(set(0, LUMEN_PARAM_CONV_Q_WEIGHT, q_weight) == LUMEN_OK);
+  REQUIRE(set(0, LUMEN_PARAM_CONV_K_WEIGHT, q_weight) == LUMEN_OK);
+  CheckFailure(lumen_model_builder_build(builder.get(), &model), LUMEN_ERROR_INVALID_ARGUMENT,
+               {"conv_v_weight"});
+  REQUIRE(set(0, LUMEN_PARAM_CONV_V_WEIGHT, v_weight) == LUMEN_OK);
+  CheckFailure(lumen_model_builder_build(builder.get(), &model), LUMEN_ERROR_INVALID_ARGUMENT,
+               {"A_log"});
+  REQUIRE(set(1, LUMEN_PARAM_A_LOG, four) == LUMEN_OK);
+  CheckFailure(lumen_model_builder_build(builder.get(), &model), LUMEN_ERROR_INVALID_ARGUMENT,
+               {"dt_bias"});
+  REQUIRE(set(1, LUMEN_PARAM_DT_BIAS, four) == LUMEN_OK);
+  REQUIRE(set(1, LUMEN_PARAM_D, four) == LUMEN_OK);  // optional, as are the conv biases
+  CHECK(model == nullptr);
+  const lumen_status st = lumen_model_builder_build(builder.get(), &model);
+  INFO(LastError(st));
+  REQUIRE(st == LUMEN_OK);
+  ModelPtr owned(model);
+
+  // The windows are state parts of the layer with a convolution only.
+  int64_t count = -1;
+  const int64_t expected[3] = {16 * 2, 16 * 2, 24 * 2};
+  for (int part = 0; part < 3; ++part) {
+    REQUIRE(lumen_model_state_count(model, 0, LUMEN_STATE_CONV_Q + part, &count) == LUMEN_OK);
+    CHECK(count == expected[part]);
+    REQUIRE(lumen_model_state_count(model, 2, LUMEN_STATE_CONV_Q + part, &count) == LUMEN_OK);
+    CHECK(count == 0);
+  }
+  int64_t bytes = -1;
+  REQUIRE(lumen_model_state_bytes(model, 0, &bytes) == LUMEN_OK);
+  CHECK(bytes == 4 * (4 * 8 * 6 + 16 * 2 + 16 * 2 + 24 * 2));
+  lumen_layer_options o;
+  REQUIRE(lumen_model_layer_options(model, 0, &o) == LUMEN_OK);
+  CHECK(o.conv_size == 3);
+  CHECK(o.conv_activation == LUMEN_CONV_ACTIVATION_SILU);
+
+  std::string error;
+  EnginePtr engine = MakeEngine(model, 1, &error);
+  REQUIRE(engine);
+  SessionPtr session = MakeSession(engine.get(), &error);
+  REQUIRE(session);
+  std::vector<float> window(32, 0.0f);
+  CheckFailure(lumen_session_read_state(session.get(), 2, LUMEN_STATE_CONV_Q, window.data(), 32),
+               LUMEN_ERROR_INVALID_ARGUMENT, {"conv"});
+  CheckFailure(lumen_session_read_state(session.get(), 0, LUMEN_STATE_CONV_V, window.data(), 32),
+               LUMEN_ERROR_INVALID_ARGUMENT, {"48", "count"});
+  CheckFailure(lumen_session_read_state(session.get(), 0, 5, window.data(), 32),
+               LUMEN_ERROR_INVALID_ARGUMENT, {"part"});
+  window[3] = kNaN;
+  CheckFailure(lumen_session_write_state(session.get(), 0, LUMEN_STATE_CONV_K, window.data(), 32),
+               LUMEN_ERROR_INVALID_ARGUMENT, {"finite"});
+  std::vector<float> read_back(32, 1.0f);
+  REQUIRE(lumen_session_read_state(session.get(), 0, LUMEN_STATE_CONV_K, read_back.data(), 32) ==
+          LUMEN_OK);
+  CHECK(std::all_of(read_back.begin(), read_back.end(), [](float x) { return x == 0.0f; }));
+}
+
+TEST_CASE("presets describe the published layers and every field stays settable",
+          "[capi][conv]") {
+  lumen_layer_options o;
+  lumen_layer_options_init_qwen3_next_gated_delta_net(&o);
+  CHECK(o.struct_size == sizeof(lumen_layer_options));
+  CHECK(o.family == LUMEN_FAMILY_GATED_DELTA_NET);
+  CHECK(o.num_heads == 16);
+  CHECK(o.num_value_heads == 32);
+  CHECK(o.key_dim == 128);
+  CHECK(o.value_dim == 128);
+  CHECK(o.conv_size == 4);
+  CHECK(o.conv_activation == LUMEN_CONV_ACTIVATION_SILU);
+  CHECK((o.qk_l2norm == 1 && o.beta_sigmoid == 1 && o.gate_raw == 1));
+  CHECK(o.scale == 0.0f);
+  CHECK(o.state_dtype == LUMEN_DTYPE_FLOAT32);
+
+  lumen_layer_options_init_kimi_linear_kda(&o);
+  CHECK(o.family == LUMEN_FAMILY_KDA);
+  CHECK(o.num_heads == 32);
+  CHECK(o.num_value_heads == 32);
+  CHECK(o.key_dim == 128);
+  CHECK(o.value_dim == 128);
+  CHECK(o.conv_size == 4);
+  CHECK((o.qk_l2norm == 1 && o.beta_sigmoid == 1 && o.gate_raw == 1));
+
+  lumen_layer_options_init_mamba2(&o);
+  CHECK(o.family == LUMEN_FAMILY_SSD);
+  CHECK(o.num_heads == 1);
+  CHECK(o.num_value_heads == 80);
+  CHECK(o.key_dim == 128);
+  CHECK(o.value_dim == 64);
+  CHECK(o.scale == 1.0f);
+  CHECK(o.conv_size == 4);
+  CHECK((o.gate_raw == 1 && o.qk_l2norm == 0 && o.beta_sigmoid == 0));
+
+  lumen_layer_options_init_qwen3_next_gated_delta_net(nullptr);  // no-op
+  lumen_layer_options_init_kimi_linear_kda(nullptr);
+  lumen_layer_options_init_mamba2(nullptr);
+
+  // Each preset, at smaller dims set afterwards, builds and runs a prefill and a step that
+  // match the float64 reference.
+  auto from = [](const lumen_layer_options& p) {
+    RefLayer l;
+    l.family = p.family;
+    l.num_heads = p.num_heads;
+    l.num_value_heads = p.num_value_heads;
+    l.key_dim = p.key_dim;
+    l.value_dim = p.value_dim;
+    l.scale = p.scale;
+    l.qk_l2norm = p.qk_l2norm != 0;
+    l.beta_sigmoid = p.beta_sigmoid != 0;
+    l.gate_raw = p.gate_raw != 0;
+    l.conv_size = p.conv_size;
+    l.conv_activation = p.conv_activation;
+    return l;
+  };
+  std::mt19937 rng(TestSeed());
+  for (void (*init)(lumen_layer_options*) :
+       {&lumen_layer_options_init_qwen3_next_gated_delta_net,
+        &lumen_layer_options_init_kimi_linear_kda, &lumen_layer_options_init_mamba2}) {
+    init(&o);
+    o.num_heads = o.num_heads == 1 ? 1 : 2;
+    o.num_value_heads = 4;
+    o.key_dim = 16;
+    o.value_dim = 8;
+    RefLayer layer = from(o);
+    if (o.family == LUMEN_FAMILY_SSD) {
+      for (auto& bias : layer.conv_bias) bias = {0.0f};  // Mamba-2's conv1d has biases
+      layer.d_skip = {0.0f};
+    }
+    RandomParams(&layer, rng);
+    INFO(layer.Describe());
+    std::string error;
+    ModelPtr model = BuildModel({layer}, &error);
+    INFO(error);
+    REQUIRE(model);
+    EnginePtr engine = MakeEngine(model.get(), 1, &error);
+    SessionPtr session = MakeSession(engine.get(), &error);
+    REQUIRE(session);
+    const TokenData data = RandomTokens(layer, 9, rng);
+    RefState ref = ZeroState(layer);
+    std::vector<double> ref_o;
+    RunReference(layer, 9, ToRefInputs(data, LUMEN_DTYPE_FLOAT32), &ref, &ref_o);
+    OutputBuffer out;
+    REQUIRE(RunSession(session.get(), 0, layer, EncodeTokens(data, LUMEN_DTYPE_FLOAT32),
+                       Path::kPrefill, {8, 1}, LUMEN_DTYPE_FLOAT32, &out, &error) == LUMEN_OK);
+    const ErrorReport e = Measure(out.Values(), ref_o);
+    INFO(e.Describe());
+    CHECK(e.Passes(kPrefillBound));
+  }
+}
+
+TEST_CASE("the convolution's SiLU holds far into both tails", "[capi][conv]") {
+  // Inputs of magnitude up to ~300 put the convolution's outputs deep in SiLU's tails, where
+  // exp(-x) overflows or vanishes.
+  RefLayer layer = Layer(LUMEN_FAMILY_LINEAR_ATTN, 1, 1, 8, 8);
+  layer.conv_size = 3;
+  std::mt19937 rng(TestSeed());
+  RandomParams(&layer, rng);
+  TokenData data = RandomTokens(layer, 40, rng);
+  for (std::vector<float>* x : {&data.q, &data.k, &data.v}) {
+    for (float& e : *x) e *= 100.0f;
+  }
+  std::string error;
+  ModelPtr model = BuildModel({layer}, &error);
+  REQUIRE(model);
+  EnginePtr engine = MakeEngine(model.get(), 1, &error);
+  RefState ref = ZeroState(layer);
+  std::vector<double> ref_o;
+  RunReference(layer, 40, ToRefInputs(data, LUMEN_DTYPE_FLOAT32), &ref, &ref_o);
+  for (Path path : {Path::kStep, Path::kPrefill}) {
+    SessionPtr session = MakeSession(engine.get(), &error);
+    OutputBuffer out;
+    REQUIRE(RunSession(session.get(), 0, layer, EncodeTokens(data, LUMEN_DTYPE_FLOAT32), path,
+                       {}, LUMEN_DTYPE_FLOAT32, &out, &error) == LUMEN_OK);
+    const ErrorReport e = Measure(out.Values(), ref_o);
+    INFO((path == Path::kStep ? "step: " : "prefill: ") << e.Describe());
+    CHECK(e.Passes(path == Path::kStep ? kStepBound : kPrefillBound));
+  }
 }
 
 TEST_CASE("model queries resolve defaults and check the layer index", "[capi]") {
@@ -761,7 +1015,11 @@ TEST_CASE("engine creation: backends and options", "[capi]") {
 // A three-layer model: a scalar-gated delta layer, a normalizing linear attention layer (so a
 // normalizer exists), and kda with raw gates (parameters).
 std::vector<RefLayer> FailureLayers() {
+  // Layer 0, which most failing calls target, carries conv windows that must not change.
   RefLayer gdn = Layer(LUMEN_FAMILY_GATED_DELTA_NET, 2, 4, 8, 6);
+  gdn.conv_size = 4;
+  std::mt19937 rng(7);
+  RandomParams(&gdn, rng);
   RefLayer la = Layer(LUMEN_FAMILY_LINEAR_ATTN, 1, 1, 5, 7);
   la.feature_map = LUMEN_FEATURE_MAP_ELU1;
   la.normalize = true;
@@ -792,10 +1050,12 @@ struct Snapshot {
 Snapshot Take(const lumen_session* s, const std::vector<RefLayer>& layers) {
   Snapshot snap;
   for (int32_t i = 0; i < static_cast<int32_t>(layers.size()); ++i) {
-    std::vector<float> m, z;
+    std::vector<float> m, z, conv[3];
     REQUIRE(ReadState(s, i, layers[i], &m, &z) == LUMEN_OK);
+    REQUIRE(ReadConvState(s, i, layers[i], conv) == LUMEN_OK);
     snap.parts.push_back(m);
     snap.parts.push_back(z);
+    for (const std::vector<float>& window : conv) snap.parts.push_back(window);
     int64_t t = -1;
     REQUIRE(lumen_session_tokens(s, i, &t) == LUMEN_OK);
     snap.tokens.push_back(t);
@@ -821,9 +1081,11 @@ struct World {
       sessions.push_back(MakeSession(engine.get(), &error));
       REQUIRE(sessions.back());
       for (int32_t i = 0; i < 3; ++i) {
-        std::vector<float> m, z;
+        std::vector<float> m, z, conv[3];
         RandomState(layers[i], rng, &m, &z);
+        RandomConvState(layers[i], rng, conv);
         REQUIRE(WriteState(sessions.back().get(), i, layers[i], m, z) == LUMEN_OK);
+        REQUIRE(WriteConvState(sessions.back().get(), i, layers[i], conv) == LUMEN_OK);
         OutputBuffer out;
         REQUIRE(RunSession(sessions.back().get(), i, layers[i],
                            EncodeTokens(RandomTokens(layers[i], 2 + j + i, rng),

@@ -1,6 +1,7 @@
 // Sessions through the public C API against the float64 reference, on fresh random inputs at
 // odd sizes: step and prefill (any split), batched steps, variable-length prefill, fork,
-// reset, token counts, state sizes, bf16 state storage and thread counts.
+// reset, token counts, state sizes, bf16 state storage and thread counts. Every family, with
+// and without a short convolution (whose windows are checked wherever the state is).
 
 #include <catch2/catch.hpp>
 
@@ -107,6 +108,63 @@ std::vector<Config> Configs() {
          l->beta_sigmoid = true;
          l->gate_raw = true;
        }},
+      // SPEC section 6. The delta family L2-normalises q and k after the convolution, as the
+      // models do (the delta rule needs unit keys).
+      {"gated_delta_net conv4 as in Qwen3-Next",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_GATED_DELTA_NET;
+         l->qk_l2norm = true;
+         l->beta_sigmoid = true;
+         l->gate_raw = true;
+         l->conv_size = 4;
+       }},
+      {"kda conv4 as in Kimi Linear",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_KDA;
+         l->qk_l2norm = true;
+         l->beta_sigmoid = true;
+         l->gate_raw = true;
+         l->conv_size = 4;
+       }},
+      {"ssd gate_raw conv4 biases D as in Mamba-2",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_SSD;
+         l->scale = 1.0f;
+         l->gate_raw = true;
+         l->conv_size = 4;
+         for (auto& bias : l->conv_bias) bias = {0.0f};  // sized by RandomParams
+         l->d_skip = {0.0f};
+       }},
+      {"ssd gate_raw without convolution or D",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_SSD;
+         l->gate_raw = true;
+       }},
+      {"delta_net conv3 no activation",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_DELTA_NET;
+         l->qk_l2norm = true;
+         l->conv_size = 3;
+         l->conv_activation = LUMEN_CONV_ACTIVATION_NONE;
+       }},
+      {"gla conv2 biases",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_GLA;
+         l->conv_size = 2;
+         for (auto& bias : l->conv_bias) bias = {0.0f};
+       }},
+      {"linear_attn elu1 normalize conv4",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_LINEAR_ATTN;
+         l->feature_map = LUMEN_FEATURE_MAP_ELU1;
+         l->normalize = true;
+         l->conv_size = 4;
+       }},
+      {"retention conv1 (no window)",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_RETENTION;
+         l->conv_size = 1;
+       }},
   };
 }
 
@@ -156,18 +214,28 @@ struct Fixture {
 
 struct StateValues {
   std::vector<float> matrix, normalizer;
+  std::vector<float> conv[3];  // the windows of q, k, v; empty without a convolution
 };
+
+StateValues RandomValues(const RefLayer& layer, std::mt19937& rng) {
+  StateValues v;
+  RandomState(layer, rng, &v.matrix, &v.normalizer);
+  RandomConvState(layer, rng, v.conv);
+  return v;
+}
 
 StateValues Read(lumen_session* s, const RefLayer& layer, int32_t index = 0) {
   StateValues v;
-  const lumen_status st = ReadState(s, index, layer, &v.matrix, &v.normalizer);
+  lumen_status st = ReadState(s, index, layer, &v.matrix, &v.normalizer);
+  if (st == LUMEN_OK) st = ReadConvState(s, index, layer, v.conv);
   INFO(LastError(st));
   REQUIRE(st == LUMEN_OK);
   return v;
 }
 
 void Write(lumen_session* s, const RefLayer& layer, const StateValues& v, int32_t index = 0) {
-  const lumen_status st = WriteState(s, index, layer, v.matrix, v.normalizer);
+  lumen_status st = WriteState(s, index, layer, v.matrix, v.normalizer);
+  if (st == LUMEN_OK) st = WriteConvState(s, index, layer, v.conv);
   INFO(LastError(st));
   REQUIRE(st == LUMEN_OK);
 }
@@ -182,6 +250,7 @@ RefState ToRef(const StateValues& v, int32_t state_dtype = LUMEN_DTYPE_FLOAT32) 
   RefState r;
   r.matrix = ToDouble(RoundAll(v.matrix, state_dtype));
   r.normalizer = ToDouble(RoundAll(v.normalizer, state_dtype));
+  for (int part = 0; part < 3; ++part) r.conv[part] = ToDouble(RoundAll(v.conv[part], state_dtype));
   return r;
 }
 
@@ -196,6 +265,11 @@ void ExpectState(const std::string& what, const StateValues& got, const RefState
                  double bound) {
   Expect(what + " state", got.matrix, ref.matrix, bound);
   if (!ref.normalizer.empty()) Expect(what + " normalizer", got.normalizer, ref.normalizer, bound);
+  for (int part = 0; part < 3; ++part) {
+    if (!ref.conv[part].empty()) {
+      Expect(what + " conv window " + std::to_string(part), got.conv[part], ref.conv[part], bound);
+    }
+  }
 }
 
 std::vector<double> AsDouble(const std::vector<float>& x) { return ToDouble(x); }
@@ -203,6 +277,13 @@ std::vector<double> AsDouble(const std::vector<float>& x) { return ToDouble(x); 
 bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() &&
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+bool BitwiseEqual(const StateValues& a, const StateValues& b) {
+  for (int part = 0; part < 3; ++part) {
+    if (!BitwiseEqual(a.conv[part], b.conv[part])) return false;
+  }
+  return BitwiseEqual(a.matrix, b.matrix) && BitwiseEqual(a.normalizer, b.normalizer);
 }
 
 std::string Splits(const std::vector<int64_t>& s) {
@@ -223,8 +304,7 @@ TEST_CASE("step and prefill match the float64 reference at odd sizes", "[session
   INFO(Configs()[config].name << ": " << f.layer.Describe() << " T=" << T << " seed=" << seed
                               << " (run seed " << TestSeed() << ")");
 
-  StateValues initial;
-  RandomState(f.layer, rng, &initial.matrix, &initial.normalizer);
+  const StateValues initial = RandomValues(f.layer, rng);
   const TokenData data = RandomTokens(f.layer, T, rng);
   const EncodedTokens tokens = EncodeTokens(data, LUMEN_DTYPE_FLOAT32);
 
@@ -250,6 +330,7 @@ TEST_CASE("step and prefill match the float64 reference at odd sizes", "[session
   // Prefill: one call, and splits across and inside chunks.
   std::vector<std::vector<int64_t>> splits = {{T}};
   if (T >= 2) splits.push_back({1, T - 1});
+  if (T >= 4) splits.push_back({2, 1, T - 3});  // inside a convolution's first W-1 tokens
   if (T >= 65) splits.push_back({1, 63, T - 64});
   if (T >= 46) splits.push_back({5, 40, T - 45});
   if (T >= 20) splits.push_back({T - 19, 7, 12});
@@ -271,6 +352,8 @@ TEST_CASE("step and prefill match the float64 reference at odd sizes", "[session
     Expect("prefill o vs step o", o, AsDouble(step_o), kPrefillBound);
     Expect("prefill state vs step state", state.matrix, AsDouble(step_state.matrix),
            kPrefillBound);
+    // The windows hold raw inputs: every path leaves the same bits.
+    for (int part = 0; part < 3; ++part) CHECK(BitwiseEqual(state.conv[part], step_state.conv[part]));
   }
 }
 
@@ -326,8 +409,7 @@ TEST_CASE("lumen_engine_step_batch equals per-session steps", "[session][batch]"
   std::vector<TokenData> streams;
   std::vector<std::vector<double>> ref_o(n);
   for (int32_t i = 0; i < n; ++i) {
-    StateValues initial;
-    RandomState(f.layer, rng, &initial.matrix, &initial.normalizer);
+    const StateValues initial = RandomValues(f.layer, rng);
     batch.push_back(f.Session());
     single.push_back(f.Session());
     Write(batch.back().get(), f.layer, initial);
@@ -397,8 +479,7 @@ TEST_CASE("lumen_engine_prefill_varlen equals per-session prefills", "[session][
   TokenData all;
   std::vector<int32_t> cu_seqlens = {0};
   for (int32_t i = 0; i < n; ++i) {
-    StateValues initial;
-    RandomState(f.layer, rng, &initial.matrix, &initial.normalizer);
+    const StateValues initial = RandomValues(f.layer, rng);
     initials.push_back(initial);
     varlen.push_back(f.Session());
     single.push_back(f.Session());
@@ -434,8 +515,7 @@ TEST_CASE("lumen_engine_prefill_varlen equals per-session prefills", "[session][
     CHECK(Tokens(varlen[i].get()) == lengths[i]);
     if (lengths[i] == 0) {
       // A session that gets no tokens is untouched, bit for bit.
-      CHECK(BitwiseEqual(vs.matrix, initials[i].matrix));
-      CHECK(BitwiseEqual(vs.normalizer, initials[i].normalizer));
+      CHECK(BitwiseEqual(vs, initials[i]));
       continue;
     }
     Expect("varlen o vs reference", vo, ref_o, kPrefillBound);
@@ -475,8 +555,7 @@ TEST_CASE("fork copies the session and diverging leaves the parent untouched", "
   SessionPtr child(raw);
   // The fork equals the parent, bit for bit, tokens included.
   const StateValues forked = Read(child.get(), f.layer);
-  CHECK(BitwiseEqual(forked.matrix, before.matrix));
-  CHECK(BitwiseEqual(forked.normalizer, before.normalizer));
+  CHECK(BitwiseEqual(forked, before));
   CHECK(Tokens(child.get()) == 21);
 
   // Diverge: the child takes new tokens by prefill and by step.
@@ -488,8 +567,7 @@ TEST_CASE("fork copies the session and diverging leaves the parent untouched", "
                      &out, &error) == LUMEN_OK);
   CHECK(Tokens(child.get()) == 21 + 18);
   const StateValues parent_after = Read(parent.get(), f.layer);
-  CHECK(BitwiseEqual(parent_after.matrix, before.matrix));
-  CHECK(BitwiseEqual(parent_after.normalizer, before.normalizer));
+  CHECK(BitwiseEqual(parent_after, before));
   CHECK(Tokens(parent.get()) == 21);
 
   // The child continued from the parent's state: check it against the reference.
@@ -538,6 +616,9 @@ TEST_CASE("reset zeroes state and token counts of every layer", "[session]") {
     CHECK(std::all_of(v.matrix.begin(), v.matrix.end(), [](float x) { return x == 0.0f; }));
     CHECK(std::all_of(v.normalizer.begin(), v.normalizer.end(),
                       [](float x) { return x == 0.0f; }));
+    for (const std::vector<float>& window : v.conv) {
+      CHECK(std::all_of(window.begin(), window.end(), [](float x) { return x == 0.0f; }));
+    }
   }
   // After a reset the session runs like a new one.
   const TokenData data = RandomTokens(layers[0], 7, rng);
@@ -594,14 +675,21 @@ TEST_CASE("state sizes are fixed and independent of the token count", "[session]
   int64_t total = 0;
   for (int32_t i = 0; i < static_cast<int32_t>(layers.size()); ++i) {
     INFO("layer " << i << ": " << layers[i].Describe());
-    int64_t matrix = -1, normalizer = -1, bytes = -1;
+    int64_t matrix = -1, normalizer = -1, bytes = -1, conv = 0;
     REQUIRE(lumen_model_state_count(model.get(), i, LUMEN_STATE_MATRIX, &matrix) == LUMEN_OK);
     REQUIRE(lumen_model_state_count(model.get(), i, LUMEN_STATE_NORMALIZER, &normalizer) ==
             LUMEN_OK);
+    for (int part = 0; part < 3; ++part) {
+      int64_t count = -1;
+      REQUIRE(lumen_model_state_count(model.get(), i, LUMEN_STATE_CONV_Q + part, &count) ==
+              LUMEN_OK);
+      CHECK(count == layers[i].ConvCount(part));
+      conv += count;
+    }
     REQUIRE(lumen_model_state_bytes(model.get(), i, &bytes) == LUMEN_OK);
     CHECK(matrix == layers[i].MatrixCount());
     CHECK(normalizer == layers[i].NormalizerCount());
-    CHECK(bytes == 4 * (matrix + normalizer));  // fp32 storage
+    CHECK(bytes == 4 * (matrix + normalizer + conv));  // fp32 storage
     total += (bytes + 63) / 64 * 64;
   }
   // The whole model's figure is the layers' bytes, each padded to 64 bytes (the header).
@@ -649,8 +737,7 @@ TEST_CASE("bf16 state storage stays within 5e-3 of the reference that stores ali
   Fixture f(layer);
   INFO(f.layer.Describe() << " T=" << T << " seed=" << seed);
 
-  StateValues initial;
-  RandomState(f.layer, rng, &initial.matrix, &initial.normalizer);
+  const StateValues initial = RandomValues(f.layer, rng);
   const TokenData data = RandomTokens(f.layer, T, rng);
   // The stored initial state is the bf16 rounding of what was written.
   RefState ref = ToRef(initial, LUMEN_DTYPE_BFLOAT16);
@@ -670,6 +757,9 @@ TEST_CASE("bf16 state storage stays within 5e-3 of the reference that stores ali
     for (double& x : emulated.matrix) x = RoundTo(static_cast<float>(x), LUMEN_DTYPE_BFLOAT16);
     for (double& x : emulated.normalizer) {
       x = RoundTo(static_cast<float>(x), LUMEN_DTYPE_BFLOAT16);
+    }
+    for (std::vector<double>& window : emulated.conv) {
+      for (double& x : window) x = RoundTo(static_cast<float>(x), LUMEN_DTYPE_BFLOAT16);
     }
   }
   const std::vector<float> eo(emulated_o.begin(), emulated_o.end());
@@ -710,8 +800,7 @@ TEST_CASE("1 and 4 threads give equal results", "[session][threads]") {
   const int32_t n = 6;
   const TokenData data = RandomTokens(layer, T, rng);
   const EncodedTokens enc = EncodeTokens(data, LUMEN_DTYPE_FLOAT32);
-  StateValues initial;
-  RandomState(layer, rng, &initial.matrix, &initial.normalizer);
+  const StateValues initial = RandomValues(layer, rng);
 
   struct Result {
     std::vector<float> prefill_o, batch_o;

@@ -1,10 +1,13 @@
-// Every case of tests/data/vectors/manifest.json (a copy of ../shared/vectors) through lumen's C API (step path, one
-// prefill, split prefills), and the float64 reference against the same cases.
+// Every case of the conformance vectors (tests/data/vectors, a copy of ../shared/vectors, and
+// tests/data/vectors-layers for SPEC section 6: convolutions, Mamba-2) through lumen's C API
+// (step path, one prefill, split prefills, batched steps, variable-length prefill, bf16/fp16
+// inputs), and the float64 reference against the same cases.
 //
 // Missing or unreadable vectors fail the tests: they are never skipped.
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -21,6 +24,9 @@
 #ifndef LUMEN_VECTORS_DIR
 #error "LUMEN_VECTORS_DIR must be defined by the build"
 #endif
+#ifndef LUMEN_LAYER_VECTORS_DIR
+#error "LUMEN_LAYER_VECTORS_DIR must be defined by the build"
+#endif
 
 namespace lumen_test {
 namespace {
@@ -34,6 +40,8 @@ struct VectorCase {
   std::vector<float> initial_normalizer;       // [HV, K]; zeros if absent
   std::vector<double> o, final_state, final_normalizer;  // float64 outputs
   bool has_final_normalizer = false;
+  std::vector<float> initial_conv[3];   // [C, W-1] per part; zeros if absent
+  std::vector<double> final_conv[3];    // [C, W-1] per part (with a convolution)
 };
 
 struct Manifest {
@@ -116,6 +124,15 @@ VectorCase LoadCase(const std::string& dir, const nlohmann::json& c) {
       L.beta_sigmoid = value.get<bool>();
     } else if (key == "gate_raw") {
       L.gate_raw = value.get<bool>();
+    } else if (key == "conv_size") {
+      L.conv_size = value.get<int32_t>();
+    } else if (key == "conv_activation") {
+      const std::string name = value.get<std::string>();
+      if (name != "silu" && name != "none") {
+        throw std::runtime_error("case " + vc.name + ": unknown conv_activation '" + name + "'");
+      }
+      L.conv_activation =
+          name == "silu" ? LUMEN_CONV_ACTIVATION_SILU : LUMEN_CONV_ACTIVATION_NONE;
     } else {
       // A new option must not pass silently untested.
       throw std::runtime_error("case " + vc.name + ": unknown option '" + key + "'");
@@ -161,6 +178,17 @@ VectorCase LoadCase(const std::string& dir, const nlohmann::json& c) {
         take("dt_bias", L.family == LUMEN_FAMILY_KDA ? HV * L.key_dim : HV, true));
   }
   if (arrays.count("decay")) L.decay = ToFloat(take("decay", HV, true));
+  if (arrays.count("D")) L.d_skip = ToFloat(take("D", HV, true));
+  static const char* const kParts[3] = {"q", "k", "v"};
+  for (int part = 0; part < 3 && L.conv_size > 0; ++part) {
+    const std::string p = kParts[part];
+    const int64_t C = L.ConvChannels(part);
+    L.conv_weight[part] = ToFloat(take(("conv_" + p + "_weight").c_str(), C * L.conv_size, true));
+    L.conv_bias[part] = ToFloat(take(("conv_" + p + "_bias").c_str(), C, false));
+    vc.initial_conv[part] = ToFloat(take(("initial_conv_" + p).c_str(), L.ConvCount(part), false));
+    if (vc.initial_conv[part].empty()) vc.initial_conv[part].assign(L.ConvCount(part), 0.0f);
+    vc.final_conv[part] = take(("final_conv_" + p).c_str(), L.ConvCount(part), true);
+  }
   vc.initial_state = ToFloat(take("initial_state", L.MatrixCount(), false));
   if (vc.initial_state.empty()) vc.initial_state.assign(L.MatrixCount(), 0.0f);
   vc.initial_normalizer = ToFloat(take("initial_normalizer", L.NormalizerCount(), false));
@@ -180,23 +208,29 @@ VectorCase LoadCase(const std::string& dir, const nlohmann::json& c) {
   return vc;
 }
 
+// Appends the cases of dir/manifest.json, or fills m->error.
+void LoadManifest(const std::string& dir, Manifest* m) {
+  try {
+    std::ifstream in(dir + "/manifest.json");
+    if (!in) throw std::runtime_error("cannot open " + dir + "/manifest.json");
+    const nlohmann::json j = nlohmann::json::parse(in);
+    if (j.value("byte_order", std::string("little")) != "little") {
+      throw std::runtime_error("byte_order is not little");
+    }
+    const size_t before = m->cases.size();
+    for (const auto& c : j.at("cases")) m->cases.push_back(LoadCase(dir, c));
+    if (m->cases.size() == before) throw std::runtime_error("manifest.json lists no cases");
+  } catch (const std::exception& e) {
+    m->error += std::string("conformance vectors in ") + dir + ": " + e.what() + "\n";
+  }
+}
+
 const Manifest& GetManifest() {
   static const Manifest manifest = [] {
     Manifest m;
-    const std::string dir = LUMEN_VECTORS_DIR;
-    try {
-      std::ifstream in(dir + "/manifest.json");
-      if (!in) throw std::runtime_error("cannot open " + dir + "/manifest.json");
-      const nlohmann::json j = nlohmann::json::parse(in);
-      if (j.value("byte_order", std::string("little")) != "little") {
-        throw std::runtime_error("byte_order is not little");
-      }
-      for (const auto& c : j.at("cases")) m.cases.push_back(LoadCase(dir, c));
-      if (m.cases.empty()) throw std::runtime_error("manifest.json lists no cases");
-    } catch (const std::exception& e) {
-      m.cases.clear();
-      m.error = std::string("conformance vectors in ") + dir + ": " + e.what();
-    }
+    LoadManifest(LUMEN_VECTORS_DIR, &m);
+    LoadManifest(LUMEN_LAYER_VECTORS_DIR, &m);
+    if (!m.error.empty()) m.cases.clear();
     return m;
   }();
   return manifest;
@@ -225,6 +259,8 @@ std::vector<std::vector<int64_t>> SplitsFor(int64_t T) {
   if (T >= 46) splits.push_back({5, 40, T - 45});
   if (T >= 2 && T < 46) splits.push_back({T / 2, T - T / 2});
   if (T >= 3 && T < 46) splits.push_back({1, 1, T - 2});
+  // Inside a convolution's first W-1 tokens (W <= 4 in the vectors), then the rest.
+  if (T >= 4) splits.push_back({2, 1, T - 3});
   return splits;
 }
 
@@ -236,42 +272,67 @@ std::string SplitName(const std::vector<int64_t>& s) {
 
 struct RunResult {
   std::vector<float> o, state, normalizer;
+  std::vector<float> conv[3];
 };
 
-// Runs a case through a fresh session: loads the initial state (and normalizer), feeds the
-// case's tokens in `dtype` along `path`, and reads everything back.
-RunResult RunCase(const VectorCase& vc, const TokenData& tokens, int32_t in_dtype,
-                  int32_t out_dtype, Path path, const std::vector<int64_t>& splits) {
-  std::string error;
-  ModelPtr model = BuildModel({vc.layer}, &error);
-  INFO(error);
-  REQUIRE(model);
-  EnginePtr engine = MakeEngine(model.get(), 0, &error);
-  REQUIRE(engine);
-  SessionPtr session = MakeSession(engine.get(), &error);
-  REQUIRE(session);
-  lumen_status st = WriteState(session.get(), 0, vc.layer, vc.initial_state,
-                               vc.initial_normalizer);
-  INFO("write_state: " << (st == LUMEN_OK ? std::string() : LastError(st)));
-  REQUIRE(st == LUMEN_OK);
+// A session of the case's layer holding the case's initial state and windows.
+struct CaseSession {
+  ModelPtr model;
+  EnginePtr engine;
+  std::vector<SessionPtr> sessions;
+};
 
-  const EncodedTokens encoded = EncodeTokens(tokens, in_dtype);
-  OutputBuffer out;
-  st = RunSession(session.get(), 0, vc.layer, encoded, path, splits, out_dtype, &out, &error);
-  REQUIRE(st == LUMEN_OK);
+CaseSession OpenCase(const VectorCase& vc, int32_t num_sessions) {
+  CaseSession cs;
+  std::string error;
+  cs.model = BuildModel({vc.layer}, &error);
+  INFO(error);
+  REQUIRE(cs.model);
+  cs.engine = MakeEngine(cs.model.get(), 0, &error);
+  REQUIRE(cs.engine);
+  for (int32_t i = 0; i < num_sessions; ++i) {
+    cs.sessions.push_back(MakeSession(cs.engine.get(), &error));
+    REQUIRE(cs.sessions.back());
+    lumen_session* s = cs.sessions.back().get();
+    lumen_status st = WriteState(s, 0, vc.layer, vc.initial_state, vc.initial_normalizer);
+    if (st == LUMEN_OK) st = WriteConvState(s, 0, vc.layer, vc.initial_conv);
+    INFO("write_state: " << (st == LUMEN_OK ? std::string() : LastError(st)));
+    REQUIRE(st == LUMEN_OK);
+  }
+  return cs;
+}
+
+// Reads everything a session holds after a case, and checks its token count.
+RunResult ReadResult(const VectorCase& vc, const lumen_session* session,
+                     std::vector<float> o) {
   RunResult r;
-  r.o = out.Values();
-  st = ReadState(session.get(), 0, vc.layer, &r.state, &r.normalizer);
+  r.o = std::move(o);
+  lumen_status st = ReadState(session, 0, vc.layer, &r.state, &r.normalizer);
+  if (st == LUMEN_OK) st = ReadConvState(session, 0, vc.layer, r.conv);
   INFO("read_state: " << (st == LUMEN_OK ? std::string() : LastError(st)));
   REQUIRE(st == LUMEN_OK);
-
   int64_t count = -1;
-  REQUIRE(lumen_session_tokens(session.get(), 0, &count) == LUMEN_OK);
+  REQUIRE(lumen_session_tokens(session, 0, &count) == LUMEN_OK);
   CHECK(count == vc.num_tokens);
   return r;
 }
 
-void CheckAgainst(const RunResult& r, const std::vector<double>& o,
+// Runs a case through a fresh session: loads the initial state (normalizer, conv windows),
+// feeds the case's tokens in `dtype` along `path`, and reads everything back.
+RunResult RunCase(const VectorCase& vc, const TokenData& tokens, int32_t in_dtype,
+                  int32_t out_dtype, Path path, const std::vector<int64_t>& splits) {
+  CaseSession cs = OpenCase(vc, 1);
+  const EncodedTokens encoded = EncodeTokens(tokens, in_dtype);
+  OutputBuffer out;
+  std::string error;
+  const lumen_status st = RunSession(cs.sessions[0].get(), 0, vc.layer, encoded, path, splits,
+                                     out_dtype, &out, &error);
+  INFO(error);
+  REQUIRE(st == LUMEN_OK);
+  return ReadResult(vc, cs.sessions[0].get(), out.Values());
+}
+
+void CheckAgainst(const VectorCase& vc, const RunResult& r, const std::vector<double>& o,
                   const std::vector<double>& state, const std::vector<double>& normalizer,
                   bool check_normalizer, double bound) {
   const ErrorReport eo = Measure(r.o, o);
@@ -285,6 +346,16 @@ void CheckAgainst(const RunResult& r, const std::vector<double>& o,
     INFO("final_normalizer: " << ez.Describe() << " bound " << bound);
     CHECK(ez.Passes(bound));
   }
+  for (int part = 0; part < 3 && vc.layer.conv_size > 0; ++part) {
+    const ErrorReport ec = Measure(r.conv[part], vc.final_conv[part]);
+    INFO("final_conv part " << part << ": " << ec.Describe() << " bound " << bound);
+    CHECK(ec.Passes(bound));
+  }
+}
+
+void CheckAgainst(const VectorCase& vc, const RunResult& r, double bound) {
+  CheckAgainst(vc, r, vc.o, vc.final_state, vc.final_normalizer, vc.has_final_normalizer,
+               bound);
 }
 
 TEST_CASE("conformance vectors are present and readable", "[conformance]") {
@@ -296,6 +367,18 @@ TEST_CASE("conformance vectors are present and readable", "[conformance]") {
     INFO("family " << f);
     CHECK(per_family[f] > 0);
   }
+  // SPEC section 6: convolutions with and without activation and bias, and Mamba-2's skip.
+  int conv = 0, conv_bias = 0, conv_none = 0, mamba2 = 0;
+  for (const VectorCase& c : m.cases) {
+    conv += c.layer.conv_size > 0;
+    conv_bias += !c.layer.conv_bias[0].empty();
+    conv_none += c.layer.conv_size > 0 && c.layer.conv_activation == LUMEN_CONV_ACTIVATION_NONE;
+    mamba2 += c.layer.family == LUMEN_FAMILY_SSD && c.layer.gate_raw && !c.layer.d_skip.empty();
+  }
+  CHECK(conv > 0);
+  CHECK(conv_bias > 0);
+  CHECK(conv_none > 0);
+  CHECK(mamba2 > 0);
 }
 
 TEST_CASE("float64 reference reproduces the conformance vectors", "[conformance][reference]") {
@@ -305,6 +388,7 @@ TEST_CASE("float64 reference reproduces the conformance vectors", "[conformance]
   RefState state;
   state.matrix = ToDouble(vc.initial_state);
   state.normalizer = ToDouble(vc.initial_normalizer);
+  for (int part = 0; part < 3; ++part) state.conv[part] = ToDouble(vc.initial_conv[part]);
   std::vector<double> o;
   RunReference(vc.layer, vc.num_tokens, ToRefInputs(vc.tokens, LUMEN_DTYPE_FLOAT32), &state,
                &o);
@@ -324,6 +408,9 @@ TEST_CASE("float64 reference reproduces the conformance vectors", "[conformance]
   CHECK(rel(o, vc.o) <= kBound);
   CHECK(rel(state.matrix, vc.final_state) <= kBound);
   if (vc.has_final_normalizer) CHECK(rel(state.normalizer, vc.final_normalizer) <= kBound);
+  for (int part = 0; part < 3 && vc.layer.conv_size > 0; ++part) {
+    CHECK(rel(state.conv[part], vc.final_conv[part]) <= kBound);
+  }
 }
 
 TEST_CASE("the reference's bf16 and fp16 rounding is round-to-nearest-even", "[reference]") {
@@ -359,8 +446,7 @@ TEST_CASE("conformance vectors: step path", "[conformance]") {
                << " path=step");
   const RunResult r =
       RunCase(vc, vc.tokens, LUMEN_DTYPE_FLOAT32, LUMEN_DTYPE_FLOAT32, Path::kStep, {});
-  CheckAgainst(r, vc.o, vc.final_state, vc.final_normalizer, vc.has_final_normalizer,
-               kStepBound);
+  CheckAgainst(vc, r, kStepBound);
 }
 
 TEST_CASE("conformance vectors: one prefill", "[conformance]") {
@@ -370,8 +456,7 @@ TEST_CASE("conformance vectors: one prefill", "[conformance]") {
                << " path=prefill");
   const RunResult r =
       RunCase(vc, vc.tokens, LUMEN_DTYPE_FLOAT32, LUMEN_DTYPE_FLOAT32, Path::kPrefill, {});
-  CheckAgainst(r, vc.o, vc.final_state, vc.final_normalizer, vc.has_final_normalizer,
-               kPrefillBound);
+  CheckAgainst(vc, r, kPrefillBound);
 }
 
 TEST_CASE("conformance vectors: split prefills", "[conformance]") {
@@ -387,8 +472,7 @@ TEST_CASE("conformance vectors: split prefills", "[conformance]") {
                  << " path=prefill " << SplitName(split));
     const RunResult r =
         RunCase(vc, vc.tokens, LUMEN_DTYPE_FLOAT32, LUMEN_DTYPE_FLOAT32, Path::kPrefill, split);
-    CheckAgainst(r, vc.o, vc.final_state, vc.final_normalizer, vc.has_final_normalizer,
-                 kPrefillBound);
+    CheckAgainst(vc, r, kPrefillBound);
   }
 }
 
@@ -405,8 +489,12 @@ TEST_CASE("conformance vectors: bf16 and fp16 inputs", "[conformance][half]") {
   RefState ref;
   ref.matrix = ToDouble(vc.initial_state);  // state stays fp32 (state_dtype FLOAT32)
   ref.normalizer = ToDouble(vc.initial_normalizer);
+  for (int part = 0; part < 3; ++part) ref.conv[part] = ToDouble(vc.initial_conv[part]);
   std::vector<double> ref_o;
   RunReference(vc.layer, vc.num_tokens, ToRefInputs(vc.tokens, dtype), &ref, &ref_o);
+  // The windows hold the rounded raw inputs: the reference's are the expected ones here.
+  VectorCase rounded = vc;
+  for (int part = 0; part < 3; ++part) rounded.final_conv[part] = ref.conv[part];
 
   for (Path path : {Path::kStep, Path::kPrefill}) {
     INFO("case " << vc.name << ": " << vc.layer.Describe() << " T=" << vc.num_tokens
@@ -414,7 +502,120 @@ TEST_CASE("conformance vectors: bf16 and fp16 inputs", "[conformance][half]") {
                  << " output=" << (same_out ? "same" : "fp32")
                  << " path=" << (path == Path::kStep ? "step" : "prefill"));
     const RunResult r = RunCase(vc, vc.tokens, dtype, out_dtype, path, {});
-    CheckAgainst(r, ref_o, ref.matrix, ref.normalizer, vc.layer.HasNormalizer(), kHalfBound);
+    CheckAgainst(rounded, r, ref_o, ref.matrix, ref.normalizer, vc.layer.HasNormalizer(),
+                 kHalfBound);
+  }
+}
+
+// Three sessions of the case in one engine, each at its own point of the sequence (session i
+// first takes i tokens in a prefill), then batched steps over the sessions that still have
+// tokens: every window and state must stay with its own session.
+TEST_CASE("conformance vectors: batched steps", "[conformance][batch]") {
+  const Manifest& m = RequireManifest();
+  const VectorCase& vc = m.cases.at(GENERATE(range(0, NumCases())));
+  INFO("case " << vc.name << ": " << vc.layer.Describe() << " T=" << vc.num_tokens
+               << " path=step_batch");
+  const int32_t n = 3;
+  CaseSession cs = OpenCase(vc, n);
+  const int64_t T = vc.num_tokens;
+  const int64_t per_o = vc.layer.VPerToken();
+  std::vector<OutputBuffer> outs(n);
+  std::vector<int64_t> next(n, 0);  // the next token of each session
+  std::string error;
+  for (int32_t i = 0; i < n; ++i) {
+    outs[i].Reset(T * per_o, LUMEN_DTYPE_FLOAT32);
+    next[i] = std::min<int64_t>(i, T);
+    if (next[i] == 0) continue;
+    const EncodedTokens head = EncodeTokens(Slice(vc.layer, vc.tokens, 0, next[i]),
+                                            LUMEN_DTYPE_FLOAT32);
+    const lumen_layer_inputs in = InputsFor(vc.layer, head, 0, next[i]);
+    lumen_layer_output o = outs[i].Output(0, next[i] * per_o);
+    const lumen_status st = lumen_session_prefill(cs.sessions[i].get(), 0,
+                                                  static_cast<int32_t>(next[i]), &in, &o);
+    INFO(LastError(st));
+    REQUIRE(st == LUMEN_OK);
+  }
+  for (;;) {
+    std::vector<lumen_session*> batch;
+    std::vector<int32_t> members;
+    TokenData stacked;
+    for (int32_t i = 0; i < n; ++i) {
+      if (next[i] == T) continue;
+      batch.push_back(cs.sessions[i].get());
+      members.push_back(i);
+      Append(&stacked, Slice(vc.layer, vc.tokens, next[i], 1));
+    }
+    if (batch.empty()) break;
+    const int32_t count = static_cast<int32_t>(batch.size());
+    const EncodedTokens enc = EncodeTokens(stacked, LUMEN_DTYPE_FLOAT32);
+    const lumen_layer_inputs in = InputsFor(vc.layer, enc, 0, count);
+    OutputBuffer out;
+    out.Reset(count * per_o, LUMEN_DTYPE_FLOAT32);
+    lumen_layer_output o = out.Output(0, count * per_o);
+    const lumen_status st =
+        lumen_engine_step_batch(cs.engine.get(), 0, batch.data(), count, &in, &o);
+    INFO(LastError(st));
+    REQUIRE(st == LUMEN_OK);
+    const std::vector<uint8_t>& bytes = out.bytes;
+    for (int32_t b = 0; b < count; ++b) {
+      const int32_t i = members[b];
+      std::memcpy(outs[i].bytes.data() + next[i] * per_o * 4, bytes.data() + b * per_o * 4,
+                  per_o * 4);
+      ++next[i];
+    }
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    INFO("session " << i << " (first " << std::min<int64_t>(i, T) << " tokens in a prefill)");
+    CheckAgainst(vc, ReadResult(vc, cs.sessions[i].get(), outs[i].Values()),
+                 i == 0 ? kStepBound : kPrefillBound);
+  }
+}
+
+// Three sessions through two variable-length prefills, each session split at its own point
+// (inside the first W-1 tokens, and later), one of them getting no tokens in a call.
+TEST_CASE("conformance vectors: variable-length prefills", "[conformance][varlen]") {
+  const Manifest& m = RequireManifest();
+  const VectorCase& vc = m.cases.at(GENERATE(range(0, NumCases())));
+  const int64_t T = vc.num_tokens;
+  const std::vector<int64_t> first = {std::min<int64_t>(1, T), T, T / 2};
+  INFO("case " << vc.name << ": " << vc.layer.Describe() << " T=" << T << " path=varlen "
+               << first[0] << "/" << first[1] << "/" << first[2] << " then the rest");
+  const int32_t n = static_cast<int32_t>(first.size());
+  CaseSession cs = OpenCase(vc, n);
+  std::vector<lumen_session*> handles;
+  for (const SessionPtr& s : cs.sessions) handles.push_back(s.get());
+  const int64_t per_o = vc.layer.VPerToken();
+  std::vector<OutputBuffer> outs(n);
+  for (OutputBuffer& out : outs) out.Reset(T * per_o, LUMEN_DTYPE_FLOAT32);
+  for (int call = 0; call < 2; ++call) {
+    TokenData all;
+    std::vector<int32_t> cu_seqlens = {0};
+    std::vector<int64_t> starts(n);
+    for (int32_t i = 0; i < n; ++i) {
+      starts[i] = call == 0 ? 0 : first[i];
+      const int64_t length = call == 0 ? first[i] : T - first[i];
+      Append(&all, Slice(vc.layer, vc.tokens, starts[i], length));
+      cu_seqlens.push_back(cu_seqlens.back() + static_cast<int32_t>(length));
+    }
+    const int64_t total = all.num_tokens;
+    const EncodedTokens enc = EncodeTokens(all, LUMEN_DTYPE_FLOAT32);
+    const lumen_layer_inputs in = InputsFor(vc.layer, enc, 0, total);
+    OutputBuffer out;
+    out.Reset(total * per_o, LUMEN_DTYPE_FLOAT32);
+    lumen_layer_output o = out.Output(0, total * per_o);
+    const lumen_status st = lumen_engine_prefill_varlen(cs.engine.get(), 0, handles.data(), n,
+                                                        cu_seqlens.data(), &in, &o);
+    INFO("call " << call << ": " << LastError(st));
+    REQUIRE(st == LUMEN_OK);
+    for (int32_t i = 0; i < n; ++i) {
+      const int64_t length = cu_seqlens[i + 1] - cu_seqlens[i];
+      std::memcpy(outs[i].bytes.data() + starts[i] * per_o * 4,
+                  out.bytes.data() + cu_seqlens[i] * per_o * 4, length * per_o * 4);
+    }
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    INFO("session " << i);
+    CheckAgainst(vc, ReadResult(vc, cs.sessions[i].get(), outs[i].Values()), kPrefillBound);
   }
 }
 

@@ -83,9 +83,26 @@ int main(int argc, char** argv) {
     lumen_session_destroy(check);
   }
 
-  Bytes version2 = fp32;
-  PutU32(version2.data() + 8, 2);
-  Reseal(version2);
+  Bytes newer = fp32;
+  PutU32(newer.data() + 8, kFormatVersion + 1);
+  Reseal(newer);
+
+  // The same snapshot in format 1: 48-byte records (no conv width), which still restores.
+  Bytes version1(fp32.begin(), fp32.begin() + kHeaderBytes);
+  PutU32(version1.data() + 8, 1);
+  for (size_t layer = 0; layer < 2; ++layer) {
+    const auto record = fp32.begin() + kHeaderBytes + layer * kRecordBytes;
+    version1.insert(version1.end(), record, record + kRecordBytesVersion1);
+  }
+  version1.insert(version1.end(), fp32.begin() + kHeaderBytes + 2 * kRecordBytes, fp32.end());
+  Reseal(version1);
+  {
+    lumen_session* check = nullptr;
+    Check(lumen_session_create(objects.engine, &check), "check session");
+    Check(lumen_session_restore(check, version1.data(), static_cast<int64_t>(version1.size())),
+          "restore the format-1 seed");
+    lumen_session_destroy(check);
+  }
 
   // Token counts at the limit (valid) and past it, and sizes at the overflow edge: payload
   // sizes near 2^63 and 2^64, a pair whose sum wraps around to the true total, and the
@@ -136,7 +153,8 @@ int main(int argc, char** argv) {
   Write(dir, "bf16", bf16);
   Write(dir, "mixed", mixed);
   Write(dir, "empty_session", empty);
-  Write(dir, "version2", version2);
+  Write(dir, "newer_version", newer);
+  Write(dir, "version1", version1);
   Write(dir, "other_model", foreign);
   for (size_t length : {size_t{0}, size_t{8}, size_t{39}, kHeaderBytes + kChecksumBytes,
                         kHeaderBytes + kRecordBytes, kHeaderBytes + 2 * kRecordBytes + 8,

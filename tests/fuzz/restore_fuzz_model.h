@@ -24,7 +24,9 @@ namespace lumen_fuzz {
 
 // Snapshot layout (src/snapshot.h): what the fuzzer and the seeds need to read and reseal.
 constexpr size_t kHeaderBytes = 32;
-constexpr size_t kRecordBytes = 48;
+constexpr size_t kFormatVersion = 2;
+constexpr size_t kRecordBytes = 56;          // format 2; format 1's records are 48 bytes
+constexpr size_t kRecordBytesVersion1 = 48;
 constexpr size_t kChecksumBytes = 8;
 constexpr size_t kWriterVersionOffset = 12;  // u32: lumen_version_number() of the writer
 constexpr size_t kReservedOffset = 28;       // u32: written as 0

@@ -1,5 +1,6 @@
 #include "tests/reference/layer_reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +42,13 @@ int64_t RefLayer::NormalizerCount() const {
   return HasNormalizer() ? int64_t{num_value_heads} * key_dim : 0;
 }
 
+int64_t RefLayer::ConvChannels(int part) const {
+  return part == 2 ? int64_t{num_value_heads} * value_dim : int64_t{num_heads} * key_dim;
+}
+int64_t RefLayer::ConvCount(int part) const {
+  return conv_size == 0 ? 0 : ConvChannels(part) * (conv_size - 1);
+}
+
 std::string RefLayer::Describe() const {
   static const char* const kNames[] = {"?",   "linear_attn", "retention",       "ssd",
                                        "gla", "delta_net",   "gated_delta_net", "kda"};
@@ -55,6 +63,12 @@ std::string RefLayer::Describe() const {
   if (gate_raw) s << " gate_raw";
   if (!decay.empty()) s << " decay=given";
   if (state_dtype != LUMEN_DTYPE_FLOAT32) s << " state_dtype=" << state_dtype;
+  if (conv_size != 0) {
+    s << " conv_size=" << conv_size
+      << (conv_activation == LUMEN_CONV_ACTIVATION_SILU ? " silu" : " no-activation");
+    if (!conv_bias[0].empty()) s << " conv_bias";
+  }
+  if (!d_skip.empty()) s << " D";
   return s.str();
 }
 
@@ -62,6 +76,7 @@ RefState ZeroState(const RefLayer& layer) {
   RefState state;
   state.matrix.assign(layer.MatrixCount(), 0.0);
   state.normalizer.assign(layer.NormalizerCount(), 0.0);
+  for (int part = 0; part < 3; ++part) state.conv[part].assign(layer.ConvCount(part), 0.0);
   return state;
 }
 
@@ -89,6 +104,24 @@ void L2Normalize(std::vector<double>* x) {
   for (double& e : *x) e *= inv;
 }
 
+// SPEC section 6 for one token of one part: y[c] = act(b[c] + sum_j w[c, j] x_{t-W+1+j}[c]),
+// the window holding x_{t-W+1} .. x_{t-1}; then the window moves on by x_t.
+void Convolve(const RefLayer& layer, int part, const double* x, std::vector<double>* window,
+              double* y) {
+  const int64_t W = layer.conv_size;
+  const std::vector<float>& w = layer.conv_weight[part];
+  const std::vector<float>& b = layer.conv_bias[part];
+  for (int64_t c = 0; c < layer.ConvChannels(part); ++c) {
+    double* past = window->data() + c * (W - 1);
+    double acc = b.empty() ? 0.0 : double{b[c]};
+    for (int64_t j = 0; j < W - 1; ++j) acc += double{w[c * W + j]} * past[j];
+    acc += double{w[c * W + W - 1]} * x[c];
+    y[c] = layer.conv_activation == LUMEN_CONV_ACTIVATION_SILU ? acc * Sigmoid(acc) : acc;
+    for (int64_t j = 0; j + 1 < W - 1; ++j) past[j] = past[j + 1];
+    if (W > 1) past[W - 2] = x[c];
+  }
+}
+
 }  // namespace
 
 void RunReference(const RefLayer& layer, int64_t num_tokens, const RefInputs& in,
@@ -102,15 +135,27 @@ void RunReference(const RefLayer& layer, int64_t num_tokens, const RefInputs& in
   const bool linear_attn = layer.family == LUMEN_FAMILY_LINEAR_ATTN;
 
   std::vector<double> q(K), k(K), v(V), decay(K), u(V);
+  // One token's q, k [H * K] and v [HV * V] after the convolution (the raw inputs without).
+  std::vector<double> q_row(H * K), k_row(H * K), v_row(HV * V);
   o->reserve(o->size() + num_tokens * HV * V);
   for (int64_t t = 0; t < num_tokens; ++t) {
+    const double* raw[3] = {in.q.data() + t * H * K, in.k.data() + t * H * K,
+                            in.v.data() + t * HV * V};
+    std::vector<double>* rows[3] = {&q_row, &k_row, &v_row};
+    for (int part = 0; part < 3; ++part) {
+      if (layer.conv_size > 0) {
+        Convolve(layer, part, raw[part], &state->conv[part], rows[part]->data());
+      } else {
+        std::copy(raw[part], raw[part] + rows[part]->size(), rows[part]->begin());
+      }
+    }
     for (int64_t hv = 0; hv < HV; ++hv) {
       const int64_t h = hv / group;
       for (int64_t i = 0; i < K; ++i) {
-        q[i] = in.q[(t * H + h) * K + i];
-        k[i] = in.k[(t * H + h) * K + i];
+        q[i] = q_row[h * K + i];
+        k[i] = k_row[h * K + i];
       }
-      for (int64_t j = 0; j < V; ++j) v[j] = in.v[(t * HV + hv) * V + j];
+      for (int64_t j = 0; j < V; ++j) v[j] = v_row[hv * V + j];
       if (layer.qk_l2norm) {
         L2Normalize(&q);
         L2Normalize(&k);
@@ -123,7 +168,9 @@ void RunReference(const RefLayer& layer, int64_t num_tokens, const RefInputs& in
       }
       for (int64_t i = 0; i < K; ++i) q[i] *= scale;
 
-      // The multiplicative decay of each state row before this token's write.
+      // The multiplicative decay of each state row before this token's write, and what
+      // scales the write (Mamba-2's dt).
+      double write_scale = 1.0;
       switch (layer.family) {
         case LUMEN_FAMILY_RETENTION: {
           const double gamma = layer.decay.empty()
@@ -136,7 +183,9 @@ void RunReference(const RefLayer& layer, int64_t num_tokens, const RefInputs& in
         case LUMEN_FAMILY_GATED_DELTA_NET: {
           double g = in.g[t * HV + hv];
           if (layer.gate_raw) {
-            g = -std::exp(double{layer.a_log[hv]}) * Softplus(g + double{layer.dt_bias[hv]});
+            const double dt = Softplus(g + double{layer.dt_bias[hv]});
+            g = -std::exp(double{layer.a_log[hv]}) * dt;
+            if (layer.family == LUMEN_FAMILY_SSD) write_scale = dt;
           }
           decay.assign(K, std::exp(g));
           break;
@@ -171,7 +220,7 @@ void RunReference(const RefLayer& layer, int64_t num_tokens, const RefInputs& in
           u[j] = beta * (v[j] - sk);
         }
       } else {
-        u = v;
+        for (int64_t j = 0; j < V; ++j) u[j] = v[j] * write_scale;
       }
       for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < V; ++j) S[i * V + j] += k[i] * u[j];
@@ -190,7 +239,8 @@ void RunReference(const RefLayer& layer, int64_t num_tokens, const RefInputs& in
       for (int64_t j = 0; j < V; ++j) {
         double acc = 0.0;
         for (int64_t i = 0; i < K; ++i) acc += S[i * V + j] * q[i];
-        o->push_back(acc / denominator);
+        const double skip = layer.d_skip.empty() ? 0.0 : double{layer.d_skip[hv]} * v[j];
+        o->push_back(acc / denominator + skip);
       }
     }
   }
@@ -410,6 +460,18 @@ void RandomState(const RefLayer& layer, std::mt19937& rng, std::vector<float>* m
 }
 
 void RandomParams(RefLayer* layer, std::mt19937& rng) {
+  if (layer->conv_size > 0) {
+    // PyTorch's Conv1d initialisation: U(-1/sqrt(W), 1/sqrt(W)) (fan-in W per channel).
+    const double bound = 1.0 / std::sqrt(static_cast<double>(layer->conv_size));
+    for (int part = 0; part < 3; ++part) {
+      layer->conv_weight[part] =
+          Uniform(layer->ConvChannels(part) * layer->conv_size, -bound, bound, rng);
+      if (!layer->conv_bias[part].empty()) {
+        layer->conv_bias[part] = Uniform(layer->ConvChannels(part), -bound, bound, rng);
+      }
+    }
+  }
+  if (!layer->d_skip.empty()) layer->d_skip = Uniform(layer->num_value_heads, 0.5, 1.5, rng);
   if (!layer->gate_raw) return;
   const int64_t HV = layer->num_value_heads;
   layer->a_log = Uniform(HV, 0.0, std::log(16.0), rng);  // A in [1, 16]
@@ -417,6 +479,10 @@ void RandomParams(RefLayer* layer, std::mt19937& rng) {
   // dt_bias = softplus^-1(dt), dt in [0.001, 0.1] (Mamba-2's initialisation).
   layer->dt_bias = Uniform(n, 0.001, 0.1, rng);
   for (float& e : layer->dt_bias) e = static_cast<float>(std::log(std::expm1(double{e})));
+}
+
+void RandomConvState(const RefLayer& layer, std::mt19937& rng, std::vector<float> conv[3]) {
+  for (int part = 0; part < 3; ++part) conv[part] = Normal(layer.ConvCount(part), 1.0, rng);
 }
 
 namespace {
@@ -480,6 +546,8 @@ lumen_layer_options ToOptions(const RefLayer& layer) {
   o.beta_sigmoid = layer.beta_sigmoid ? 1 : 0;
   o.gate_raw = layer.gate_raw ? 1 : 0;
   o.state_dtype = layer.state_dtype;
+  o.conv_size = layer.conv_size;
+  o.conv_activation = layer.conv_activation;
   return o;
 }
 
@@ -508,7 +576,14 @@ ModelPtr BuildModel(const std::vector<RefLayer>& layers, std::string* error) {
       const std::vector<float>* values;
     } params[] = {{LUMEN_PARAM_A_LOG, &layer.a_log},
                   {LUMEN_PARAM_DT_BIAS, &layer.dt_bias},
-                  {LUMEN_PARAM_DECAY, &layer.decay}};
+                  {LUMEN_PARAM_DECAY, &layer.decay},
+                  {LUMEN_PARAM_CONV_Q_WEIGHT, &layer.conv_weight[0]},
+                  {LUMEN_PARAM_CONV_K_WEIGHT, &layer.conv_weight[1]},
+                  {LUMEN_PARAM_CONV_V_WEIGHT, &layer.conv_weight[2]},
+                  {LUMEN_PARAM_CONV_Q_BIAS, &layer.conv_bias[0]},
+                  {LUMEN_PARAM_CONV_K_BIAS, &layer.conv_bias[1]},
+                  {LUMEN_PARAM_CONV_V_BIAS, &layer.conv_bias[2]},
+                  {LUMEN_PARAM_D, &layer.d_skip}};
     for (const auto& p : params) {
       if (p.values->empty()) continue;
       st = lumen_model_builder_set_param(builder.get(), index, p.param, p.values->data(),
@@ -644,6 +719,31 @@ lumen_status RunSession(lumen_session* session, int32_t layer_index, const RefLa
   if (t0 != T) {
     *error = "splits do not sum to T";
     return LUMEN_ERROR_INTERNAL;
+  }
+  return LUMEN_OK;
+}
+
+lumen_status ReadConvState(const lumen_session* session, int32_t layer_index,
+                           const RefLayer& layer, std::vector<float> conv[3]) {
+  for (int part = 0; part < 3; ++part) {
+    conv[part].assign(layer.ConvCount(part), std::numeric_limits<float>::quiet_NaN());
+    if (conv[part].empty()) continue;  // no convolution, or W = 1: no window
+    const lumen_status st =
+        lumen_session_read_state(session, layer_index, LUMEN_STATE_CONV_Q + part,
+                                 conv[part].data(), layer.ConvCount(part));
+    if (st != LUMEN_OK) return st;
+  }
+  return LUMEN_OK;
+}
+
+lumen_status WriteConvState(lumen_session* session, int32_t layer_index, const RefLayer& layer,
+                            const std::vector<float> conv[3]) {
+  for (int part = 0; part < 3 && layer.conv_size > 0; ++part) {
+    if (conv[part].empty()) continue;  // W = 1: no window
+    const lumen_status st =
+        lumen_session_write_state(session, layer_index, LUMEN_STATE_CONV_Q + part,
+                                  conv[part].data(), static_cast<int64_t>(conv[part].size()));
+    if (st != LUMEN_OK) return st;
   }
   return LUMEN_OK;
 }

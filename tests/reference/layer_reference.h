@@ -38,8 +38,13 @@ struct RefLayer {
   bool gate_raw = false;
   int32_t state_dtype = LUMEN_DTYPE_FLOAT32;
   std::vector<float> a_log;    // [HV] with gate_raw
-  std::vector<float> dt_bias;  // [HV] (gated_delta_net) or [HV * K] (kda) with gate_raw
+  std::vector<float> dt_bias;  // [HV] (gated_delta_net, ssd) or [HV * K] (kda) with gate_raw
   std::vector<float> decay;    // [HV] retention gammas; empty: 1 - 2^(-5-h)
+  int32_t conv_size = 0;       // W; 0: no convolution
+  int32_t conv_activation = LUMEN_CONV_ACTIVATION_SILU;
+  std::vector<float> conv_weight[3];  // per part q, k, v: [C, W]
+  std::vector<float> conv_bias[3];    // per part: [C], or empty (no bias)
+  std::vector<float> d_skip;          // [HV] Mamba-2's D (ssd with gate_raw), or empty
 
   bool HasG() const;          // ssd, gla, gated_delta_net, kda
   bool VectorGate() const;    // gla, kda
@@ -52,13 +57,17 @@ struct RefLayer {
   int64_t BetaPerToken() const;  // HV or 0
   int64_t MatrixCount() const;   // HV * K * V
   int64_t NormalizerCount() const;  // HV * K or 0
+  int64_t ConvChannels(int part) const;  // H * K for q and k (parts 0, 1), HV * V for v (2)
+  int64_t ConvCount(int part) const;     // C * (W - 1), 0 without a convolution
   std::string Describe() const;
 };
 
-// The state of one layer in float64: matrix [HV, K, V], normalizer [HV, K] (empty if none).
+// The state of one layer in float64: matrix [HV, K, V], normalizer [HV, K] (empty if none),
+// conv windows [C, W-1] of q, k, v (empty without a convolution).
 struct RefState {
   std::vector<double> matrix;
   std::vector<double> normalizer;
+  std::vector<double> conv[3];
 };
 
 RefState ZeroState(const RefLayer& layer);
@@ -131,8 +140,11 @@ TokenData RandomTokens(const RefLayer& layer, int64_t num_tokens, std::mt19937& 
 // positive features would be).
 void RandomState(const RefLayer& layer, std::mt19937& rng, std::vector<float>* matrix,
                  std::vector<float>* normalizer);
-// Fills the layer's parameters (A_log, dt_bias with gate_raw) with realistic random values.
+// Fills the layer's parameters (A_log, dt_bias with gate_raw; conv weights with conv_size,
+// biases and D where the layer already has them non-empty) with realistic random values.
 void RandomParams(RefLayer* layer, std::mt19937& rng);
+// Random conv windows (raw inputs ~ N(0, 1)), one per part; empty without a convolution.
+void RandomConvState(const RefLayer& layer, std::mt19937& rng, std::vector<float> conv[3]);
 // Tokens [t0, t0 + n) of `data`.
 TokenData Slice(const RefLayer& layer, const TokenData& data, int64_t t0, int64_t n);
 // Concatenates token data.
@@ -203,6 +215,12 @@ lumen_status RunSession(lumen_session* session, int32_t layer_index, const RefLa
                         OutputBuffer* out, std::string* error);
 
 // Reads both parts of a layer's state (normalizer empty when the layer keeps none).
+// Reads / writes the three conv windows (nothing without a convolution).
+lumen_status ReadConvState(const lumen_session* session, int32_t layer_index,
+                           const RefLayer& layer, std::vector<float> conv[3]);
+lumen_status WriteConvState(lumen_session* session, int32_t layer_index, const RefLayer& layer,
+                            const std::vector<float> conv[3]);
+
 lumen_status ReadState(const lumen_session* session, int32_t layer_index,
                        const RefLayer& layer, std::vector<float>* matrix,
                        std::vector<float>* normalizer);

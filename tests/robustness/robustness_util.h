@@ -131,7 +131,7 @@ inline void AddHistory(const Stack& stack, lumen_session* session, int64_t num_t
 // ---------------------------------------------------------------------------------------------
 
 constexpr size_t kHeaderBytes = 32;
-constexpr size_t kRecordBytes = 48;
+constexpr size_t kRecordBytes = 56;
 constexpr size_t kRecordTokens = 32;  // u64 in each layer record
 constexpr size_t kChecksumBytes = 8;
 

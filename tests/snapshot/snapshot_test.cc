@@ -1,6 +1,6 @@
 // Snapshots through the public C API only, on a model that mixes families
-// (gated_delta_net with gate_raw and parameters, linear_attn with a normalizer, gla,
-// retention) after random tokens:
+// (gated_delta_net with gate_raw, parameters and a width-4 convolution, linear_attn with a
+// normalizer, gla, retention) after random tokens:
 //
 //   - snapshot -> restore is bit exact (state of every layer and part, token counts, the
 //     snapshot bytes themselves), and the restored session continues exactly like one that
@@ -13,11 +13,13 @@
 //   - bf16 snapshots: half the payload, relative error <= 2^-8 per element; fp32 <-> bf16
 //     state sessions restore across;
 //   - files: round trip, missing file / directory, replace, no temporary left, oversize;
-//   - NULL arguments; fork, then restore the parent's snapshot into the fork.
+//   - NULL arguments; fork, then restore the parent's snapshot into the fork;
+//   - conv windows and Mamba-2 layers round-trip and continue exactly; a format-1 snapshot
+//     written by lumen 0.1.0 (tests/snapshot/format1_two_layers.snap) still restores.
 //
-// Where a test edits snapshot bytes it uses the layout of src/snapshot.h (header 32 bytes,
-// 48-byte layer records, payloads, XXH3-64 of everything before the last 8 bytes stored
-// little-endian in them). The offsets are named below.
+// Where a test edits snapshot bytes it uses the layout of docs/snapshot_format.md (header 32
+// bytes, 56-byte layer records, payloads, XXH3-64 of everything before the last 8 bytes
+// stored little-endian in them). The offsets are named below.
 
 #include <catch2/catch.hpp>
 
@@ -57,7 +59,8 @@ using Bytes = std::vector<unsigned char>;
 constexpr size_t kVersionOffset = 8;      // u32 format version
 constexpr size_t kNumLayersOffset = 24;   // u32
 constexpr size_t kHeaderBytes = 32;
-constexpr size_t kRecordBytes = 48;
+constexpr size_t kRecordBytes = 56;       // format 2
+constexpr uint32_t kFormatVersion = 2;
 constexpr size_t kRecordDType = 20;       // u32 lumen_dtype of the payload
 constexpr size_t kRecordLayout = 24;      // u32, 1 = canonical
 constexpr size_t kRecordTokens = 32;      // u64 (int64 >= 0)
@@ -115,7 +118,24 @@ struct Dims {
 struct LayerDesc {
   lumen_layer_options options;
   std::vector<float> a_log, dt_bias, decay;  // set when not empty
+  std::vector<float> conv_weight[3], conv_bias[3], d_skip;
 };
+
+// Deterministic conv weights (and biases when `bias`) for the layer's conv_size.
+void SetConv(LayerDesc& l, int32_t conv_size, bool bias) {
+  const lumen_layer_options& o = l.options;
+  const int32_t hv = o.num_value_heads == 0 ? o.num_heads : o.num_value_heads;
+  l.options.conv_size = conv_size;
+  for (int part = 0; part < 3; ++part) {
+    const int64_t channels = part == 2 ? int64_t{hv} * o.value_dim : int64_t{o.num_heads} * o.key_dim;
+    l.conv_weight[part].resize(channels * conv_size);
+    for (size_t i = 0; i < l.conv_weight[part].size(); ++i) {
+      l.conv_weight[part][i] = 0.3f * std::sin(0.7f * static_cast<float>(i) + part);
+    }
+    l.conv_bias[part].clear();
+    if (bias) l.conv_bias[part].assign(channels, 0.05f * (part + 1));
+  }
+}
 
 LayerDesc Layer(int32_t family, Dims d) {
   LayerDesc l;
@@ -139,6 +159,21 @@ LayerDesc GatedDeltaNet(Dims d, float a_log_shift = 0.0f) {
     l.a_log.push_back(std::log(1.0f + 3.0f * h) * 0.5f + a_log_shift);
     l.dt_bias.push_back(-0.5f + 0.25f * h);
   }
+  SetConv(l, 4, /*bias=*/false);
+  return l;
+}
+
+// A Mamba-2 layer: ssd with gate_raw (g is the raw dt), a biased width-4 convolution, D.
+LayerDesc Mamba2(Dims d) {
+  LayerDesc l = Layer(LUMEN_FAMILY_SSD, d);
+  l.options.gate_raw = 1;
+  l.options.scale = 1.0f;
+  for (int32_t h = 0; h < d.hv; ++h) {
+    l.a_log.push_back(0.3f * h);
+    l.dt_bias.push_back(-2.0f + 0.5f * h);
+    l.d_skip.push_back(1.0f - 0.1f * h);
+  }
+  SetConv(l, 4, /*bias=*/true);
   return l;
 }
 
@@ -171,7 +206,14 @@ ModelPtr BuildModel(const std::vector<LayerDesc>& layers) {
     const std::pair<lumen_param, const std::vector<float>*> params[] = {
         {LUMEN_PARAM_A_LOG, &l.a_log},
         {LUMEN_PARAM_DT_BIAS, &l.dt_bias},
-        {LUMEN_PARAM_DECAY, &l.decay}};
+        {LUMEN_PARAM_DECAY, &l.decay},
+        {LUMEN_PARAM_CONV_Q_WEIGHT, &l.conv_weight[0]},
+        {LUMEN_PARAM_CONV_K_WEIGHT, &l.conv_weight[1]},
+        {LUMEN_PARAM_CONV_V_WEIGHT, &l.conv_weight[2]},
+        {LUMEN_PARAM_CONV_Q_BIAS, &l.conv_bias[0]},
+        {LUMEN_PARAM_CONV_K_BIAS, &l.conv_bias[1]},
+        {LUMEN_PARAM_CONV_V_BIAS, &l.conv_bias[2]},
+        {LUMEN_PARAM_D, &l.d_skip}};
     for (const auto& [param, values] : params) {
       if (values->empty()) continue;
       REQUIRE_OK(lumen_model_builder_set_param(builder.get(), index, param, values->data(),
@@ -317,7 +359,7 @@ void AddHistory(const Stack& stack, const std::vector<lumen_session*>& sessions,
 
 // Everything a session holds, as the public API shows it.
 struct SessionState {
-  std::vector<std::vector<float>> parts;  // per layer: matrix, then normalizer if any
+  std::vector<std::vector<float>> parts;  // per layer: matrix, normalizer, conv windows if any
   std::vector<int64_t> tokens;
 };
 
@@ -326,7 +368,8 @@ SessionState Capture(const lumen_session* s, const lumen_model* m) {
   REQUIRE(lumen_model_num_layers(m, &num_layers) == LUMEN_OK);
   SessionState state;
   for (int32_t i = 0; i < num_layers; ++i) {
-    for (lumen_state_part part : {LUMEN_STATE_MATRIX, LUMEN_STATE_NORMALIZER}) {
+    for (lumen_state_part part : {LUMEN_STATE_MATRIX, LUMEN_STATE_NORMALIZER, LUMEN_STATE_CONV_Q,
+                                  LUMEN_STATE_CONV_K, LUMEN_STATE_CONV_V}) {
       int64_t count = 0;
       REQUIRE(lumen_model_state_count(m, i, part, &count) == LUMEN_OK);
       if (count == 0) continue;
@@ -488,7 +531,7 @@ TEST_CASE("snapshot then restore is bit exact and the session continues exactly"
 
   const Bytes snapshot = TakeSnapshot(saved.get(), combo.second);
   CHECK(std::memcmp(snapshot.data(), "LUMENSNP", 8) == 0);
-  CHECK(GetU32(snapshot, kVersionOffset) == 1);
+  CHECK(GetU32(snapshot, kVersionOffset) == kFormatVersion);
   CHECK(GetU32(snapshot, kNumLayersOffset) == 4);
   // Taking a snapshot only reads the session, and twice gives the same bytes.
   CHECK(SameBits(original, Capture(saved.get(), stack.model.get())));
@@ -813,7 +856,7 @@ TEST_CASE("a newer format version gives SNAPSHOT_VERSION and changes nothing",
   AddHistory(stack, {source.get()}, rng);
   AddHistory(stack, {target.get()}, rng, 25);
   Bytes b = TakeSnapshot(source.get());
-  const uint32_t version = GENERATE(2u, 3u, 0xffffffffu);
+  const uint32_t version = GENERATE(kFormatVersion + 1, kFormatVersion + 2, 0xffffffffu);
   PutU32(b, kVersionOffset, version);
   Reseal(b);
   ExpectRejected(target.get(), stack.model.get(), b, LUMEN_ERROR_SNAPSHOT_VERSION,
@@ -898,6 +941,26 @@ TEST_CASE("a snapshot of another model gives MODEL_MISMATCH naming what differs"
     auto l = MixedLayers(kDims);
     l[1].options.normalize = 0;
     variants.push_back({"no normalizer", l, {"layer 1", "normalizer"}});
+  }
+  {
+    auto l = MixedLayers(kDims);
+    l[0].conv_weight[2][5] += 0.125f;
+    variants.push_back({"other conv weight", l, {"options or parameters"}});
+  }
+  {
+    auto l = MixedLayers(kDims);
+    l[0].options.conv_activation = LUMEN_CONV_ACTIVATION_NONE;
+    variants.push_back({"other conv activation", l, {"options or parameters"}});
+  }
+  {
+    auto l = MixedLayers(kDims);
+    SetConv(l[0], 0, false);
+    variants.push_back({"no convolution", l, {"layer 0", "conv_size 4", "0"}});
+  }
+  {
+    auto l = MixedLayers(kDims);
+    SetConv(l[0], 3, false);
+    variants.push_back({"other conv_size", l, {"layer 0", "conv_size 4", "3"}});
   }
 
   for (const Variant& v : variants) {
@@ -1302,6 +1365,120 @@ TEST_CASE("fork, diverge, then restore the parent's snapshot into the fork", "[s
   REQUIRE_OK(lumen_session_fork(parent.get(), &grandchild_raw));
   SessionPtr grandchild(grandchild_raw);
   CHECK(TakeSnapshot(grandchild.get()) == child_snapshot);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Convolution windows and older formats
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("conv windows and Mamba-2 layers round-trip and the session continues exactly",
+          "[snapshot][conv]") {
+  const int32_t state_dtype = GENERATE(LUMEN_DTYPE_FLOAT32, LUMEN_DTYPE_BFLOAT16);
+  std::vector<LayerDesc> layers = {GatedDeltaNet(kDims), Mamba2({1, 4, 16, 8})};
+  for (LayerDesc& l : layers) l.options.state_dtype = state_dtype;
+  const Stack stack(layers);
+  std::mt19937 rng(61);
+  SessionPtr saved = stack.NewSession(), never_saved = stack.NewSession();
+  AddHistory(stack, {saved.get(), never_saved.get()}, rng);
+  const SessionState original = Capture(saved.get(), stack.model.get());
+  // Matrix and three windows per layer, all holding something.
+  REQUIRE(original.parts.size() == 8);
+  for (const auto& part : original.parts) {
+    CHECK(std::any_of(part.begin(), part.end(), [](float x) { return x != 0.0f; }));
+  }
+
+  const Bytes snapshot = TakeSnapshot(saved.get());
+  SessionPtr restored = stack.NewSession();
+  REQUIRE_OK(Restore(restored.get(), snapshot));
+  CHECK(SameBits(original, Capture(restored.get(), stack.model.get())));
+  CHECK(TakeSnapshot(restored.get()) == snapshot);
+
+  // Inside the first W-1 tokens after the restore the windows are what the outputs read.
+  for (int32_t i = 0; i < stack.num_layers(); ++i) {
+    INFO("layer " << i);
+    for (int32_t n : {1, 2, 40}) {
+      const Tokens t = RandomTokens(stack.layers[i], n, rng);
+      const Path path = n == 1 ? Path::kStep : Path::kPrefill;
+      CHECK(SameBits(Run(restored.get(), i, t, path), Run(never_saved.get(), i, t, path)));
+    }
+  }
+  CHECK(SameBits(Capture(restored.get(), stack.model.get()),
+                 Capture(never_saved.get(), stack.model.get())));
+
+  // Through a file too.
+  const TempDir dir;
+  const std::string path = (dir.path() / "conv.snap").string();
+  REQUIRE_OK(lumen_session_save(restored.get(), path.c_str(), nullptr));
+  SessionPtr loaded = stack.NewSession();
+  REQUIRE_OK(lumen_session_load(loaded.get(), path.c_str()));
+  CHECK(SameBits(Capture(restored.get(), stack.model.get()),
+                 Capture(loaded.get(), stack.model.get())));
+}
+
+// tests/snapshot/format1_two_layers.snap was written by lumen 0.1.0 (format 1, 48-byte
+// records) through its public API: a gated_delta_net layer (H=1, HV=2, K=4, V=3, gate_raw,
+// qk_l2norm, beta_sigmoid, A_log {0.5, 1.25}, dt_bias {-0.5, 0.25}) after a prefill of 3
+// tokens and a linear_attn layer (H=HV=2, K=3, V=2, elu1, normalize) after 5 steps; then
+// every state value was overwritten with Format1Value(layer, i) (normalizer: i + 1000), and
+// the session saved with lumen_session_save.
+float Format1Value(int layer, int64_t i) {
+  return static_cast<float>((i % 97) - 48) / 64.0f * static_cast<float>(layer + 1);
+}
+
+std::vector<LayerDesc> Format1Layers() {
+  LayerDesc gdn = Layer(LUMEN_FAMILY_GATED_DELTA_NET, {1, 2, 4, 3});
+  gdn.options.gate_raw = 1;
+  gdn.options.qk_l2norm = 1;
+  gdn.options.beta_sigmoid = 1;
+  gdn.a_log = {0.5f, 1.25f};
+  gdn.dt_bias = {-0.5f, 0.25f};
+  LayerDesc linear = Layer(LUMEN_FAMILY_LINEAR_ATTN, {2, 2, 3, 2});
+  linear.options.feature_map = LUMEN_FEATURE_MAP_ELU1;
+  linear.options.normalize = 1;
+  return {gdn, linear};
+}
+
+TEST_CASE("a format-1 snapshot written by lumen 0.1.0 still restores", "[snapshot][version]") {
+  const fs::path file = fs::path(LUMEN_SNAPSHOT_TEST_DATA) / "format1_two_layers.snap";
+  const Bytes bytes = ReadFile(file);
+  REQUIRE(GetU32(bytes, kVersionOffset) == 1);
+  const Stack stack(Format1Layers());
+
+  auto check = [&](lumen_session* s) {
+    const SessionState state = Capture(s, stack.model.get());
+    CHECK(state.tokens == std::vector<int64_t>{3, 5});
+    // Parts: layer 0's matrix, layer 1's matrix and normalizer.
+    REQUIRE(state.parts.size() == 3);
+    const int layer_of[3] = {0, 1, 1};
+    const int64_t first[3] = {0, 0, 1000};
+    int64_t wrong = 0;
+    for (int p = 0; p < 3; ++p) {
+      for (size_t i = 0; i < state.parts[p].size(); ++i) {
+        wrong += state.parts[p][i] != Format1Value(layer_of[p], first[p] + static_cast<int64_t>(i));
+      }
+    }
+    CHECK(wrong == 0);
+  };
+  SessionPtr from_memory = stack.NewSession();
+  REQUIRE_OK(Restore(from_memory.get(), bytes));
+  check(from_memory.get());
+  SessionPtr from_file = stack.NewSession();
+  REQUIRE_OK(lumen_session_load(from_file.get(), file.string().c_str()));
+  check(from_file.get());
+  // Saved again, it is a format-2 snapshot of the same state.
+  const Bytes again = TakeSnapshot(from_memory.get());
+  CHECK(GetU32(again, kVersionOffset) == kFormatVersion);
+  SessionPtr round_trip = stack.NewSession();
+  REQUIRE_OK(Restore(round_trip.get(), again));
+  check(round_trip.get());
+
+  // A model whose first layer has a convolution is another model: format 1 had none.
+  std::vector<LayerDesc> with_conv = Format1Layers();
+  SetConv(with_conv[0], 4, false);
+  const Stack conv_stack(with_conv);
+  SessionPtr conv_session = conv_stack.NewSession();
+  ExpectRejected(conv_session.get(), conv_stack.model.get(), bytes, LUMEN_ERROR_MODEL_MISMATCH,
+                 {"layer 0", "conv_size"});
 }
 
 }  // namespace

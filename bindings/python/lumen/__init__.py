@@ -42,6 +42,7 @@ Memory = _enum_from("Memory", "LUMEN_MEMORY_")
 Backend = _enum_from("Backend", "LUMEN_BACKEND_")
 Param = _enum_from("Param", "LUMEN_PARAM_")
 StatePart = _enum_from("StatePart", "LUMEN_STATE_")
+ConvActivation = _enum_from("ConvActivation", "LUMEN_CONV_ACTIVATION_")
 
 
 def version():
@@ -51,7 +52,8 @@ def version():
 
 # Which enum a string value of an options field names; any other field takes numbers only.
 _FIELD_ENUMS = {"family": Family, "feature_map": FeatureMap, "state_dtype": DType,
-                "backend": Backend, "memory": Memory, "dtype": DType}
+                "backend": Backend, "memory": Memory, "dtype": DType,
+                "conv_activation": ConvActivation}
 
 
 def _fill(struct, fields):
@@ -244,6 +246,10 @@ class Engine(_Handle):
             return (shape.value_heads, shape.key_dim, shape.value_dim)
         if int(part) == StatePart.NORMALIZER:
             return (shape.value_heads, shape.key_dim)
+        if int(part) in (StatePart.CONV_Q, StatePart.CONV_K):
+            return (shape.heads * shape.key_dim, max(shape.conv_size - 1, 0))
+        if int(part) == StatePart.CONV_V:
+            return (shape.value_heads * shape.value_dim, max(shape.conv_size - 1, 0))
         return None  # a part whose shape this module does not know: a flat array
 
 
@@ -353,6 +359,7 @@ class _LayerShape:
         self.value_heads = options.num_value_heads
         self.key_dim = options.key_dim
         self.value_dim = options.value_dim
+        self.conv_size = options.conv_size
 
     def tokens(self, q_count):
         per_token = self.heads * self.key_dim

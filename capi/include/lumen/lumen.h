@@ -71,6 +71,7 @@
  *   Every input value must be finite; beta in [0, 1] unless beta_sigmoid (see
  *   lumen_layer_inputs).
  *   state  [HV, K, V] fp32 (canonical layout); normalizer [HV, K] fp32.
+ *   conv windows (conv_size = W > 0)  q, k [H * K, W-1]   v [HV * V, W-1]
  */
 #ifndef LUMEN_LUMEN_H_
 #define LUMEN_LUMEN_H_
@@ -199,21 +200,54 @@ typedef enum lumen_backend {
  */
 LUMEN_API const char* lumen_backend_string(int32_t backend);
 
-/** Per-layer parameter arrays a family may need (see lumen_model_builder_set_param). */
+/**
+ * Per-layer parameter arrays (see lumen_model_builder_set_param). C below is a convolution's
+ * channel count: H * K for the q and k parts, HV * V for the v part.
+ */
 typedef enum lumen_param {
-  /** [HV]: gated_delta_net and kda with gate_raw; g = -exp(A_log[h]) * softplus(g + dt_bias). */
+  /** [HV], needed with gate_raw (gated_delta_net, kda, ssd): g = -exp(A_log[h]) * dt, where
+   *  dt = softplus(g_raw + dt_bias). */
   LUMEN_PARAM_A_LOG = 0,
-  /** [HV] for gated_delta_net, [HV * K] for kda; needed with gate_raw. */
+  /** [HV] for gated_delta_net and ssd, [HV * K] for kda; needed with gate_raw. */
   LUMEN_PARAM_DT_BIAS = 1,
   /** [HV]: retention decays gamma_h in (0, 1); default 1 - 2^(-5-h). */
-  LUMEN_PARAM_DECAY = 2
+  LUMEN_PARAM_DECAY = 2,
+  /** [H * K, W] with conv_size = W > 0, needed: the depthwise causal convolution of q
+   *  (PyTorch's Conv1d(C, C, W, groups=C) weight [C, 1, W] without its middle axis; w[c, W-1]
+   *  weighs the current token). */
+  LUMEN_PARAM_CONV_Q_WEIGHT = 3,
+  /** [H * K, W] with conv_size > 0, needed: the convolution of k. */
+  LUMEN_PARAM_CONV_K_WEIGHT = 4,
+  /** [HV * V, W] with conv_size > 0, needed: the convolution of v (Mamba-2's x). */
+  LUMEN_PARAM_CONV_V_WEIGHT = 5,
+  /** [H * K] with conv_size > 0, optional (default 0): the bias of q's convolution. */
+  LUMEN_PARAM_CONV_Q_BIAS = 6,
+  /** [H * K] with conv_size > 0, optional (default 0): the bias of k's convolution. */
+  LUMEN_PARAM_CONV_K_BIAS = 7,
+  /** [HV * V] with conv_size > 0, optional (default 0): the bias of v's convolution. */
+  LUMEN_PARAM_CONV_V_BIAS = 8,
+  /** [HV], ssd with gate_raw only, optional: Mamba-2's skip, o_t += D[h] * x_t, where x_t is
+   *  the value input after the convolution (before the dt scaling). */
+  LUMEN_PARAM_D = 9
 } lumen_param;
 
 /** The parts of a layer's state. */
 typedef enum lumen_state_part {
-  LUMEN_STATE_MATRIX = 0,    /* S, [HV, K, V] */
-  LUMEN_STATE_NORMALIZER = 1 /* z, [HV, K]; linear_attn with normalize only */
+  LUMEN_STATE_MATRIX = 0,     /* S, [HV, K, V] */
+  LUMEN_STATE_NORMALIZER = 1, /* z, [HV, K]; linear_attn with normalize only */
+  /* The convolution windows, conv_size = W > 0 only: the last W-1 raw inputs of the part,
+   * oldest first, per channel (causal-conv1d's and vLLM's layout); zero before the session's
+   * first token. */
+  LUMEN_STATE_CONV_Q = 2,     /* [H * K, W-1] */
+  LUMEN_STATE_CONV_K = 3,     /* [H * K, W-1] */
+  LUMEN_STATE_CONV_V = 4      /* [HV * V, W-1] */
 } lumen_state_part;
+
+/** The activation after a layer's short convolution. */
+typedef enum lumen_conv_activation {
+  LUMEN_CONV_ACTIVATION_SILU = 0, /* x * sigmoid(x): fla's and the models' default */
+  LUMEN_CONV_ACTIVATION_NONE = 1
+} lumen_conv_activation;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Model                                                                                      */
@@ -222,7 +256,17 @@ typedef enum lumen_state_part {
 typedef struct lumen_model_builder lumen_model_builder;
 typedef struct lumen_model lumen_model;
 
-/** Description of one layer. Fill with lumen_layer_options_init, then set what you need. */
+/**
+ * Description of one layer. Fill with lumen_layer_options_init (or a preset below), then set
+ * what you need.
+ *
+ * Inside a layer, each token's inputs go through, in order: the short convolution and its
+ * activation (conv_size > 0) on the raw q, k and v; then phi (linear_attn), qk_l2norm, scale,
+ * beta_sigmoid and the raw gate. With gate_raw on ssd (Mamba-2: q = C, k = B, v = x, H its
+ * groups, HV its heads, K its d_state, V its headdim) g is the raw dt: dt = softplus(g +
+ * dt_bias), the decay is exp(-exp(A_log) * dt), the write is k (x * dt)^T, and with the D
+ * parameter o_t += D[h] * x_t. Mamba-2's z gate and output norm stay outside the layer.
+ */
 typedef struct lumen_layer_options {
   uint32_t struct_size;   /* sizeof(lumen_layer_options); set by init */
   int32_t family;         /* lumen_family; required */
@@ -230,18 +274,54 @@ typedef struct lumen_layer_options {
   int32_t num_value_heads;/* HV, value heads; 0 means H; HV % H == 0 */
   int32_t key_dim;        /* K; required, > 0 */
   int32_t value_dim;      /* V; required, > 0 */
-  float scale;            /* multiplies q; 0 means the default K^-0.5 */
+  float scale;            /* multiplies q; 0 means the default K^-0.5 (Mamba-2 uses 1) */
   int32_t feature_map;    /* lumen_feature_map; linear_attn only */
   int32_t normalize;      /* 0/1; linear_attn only: keep z and divide by q.z + eps */
   float normalize_eps;    /* eps of normalize; 0 means 1e-6 */
   int32_t qk_l2norm;      /* 0/1: L2-normalise q and k inside the layer (before phi and scale) */
   int32_t beta_sigmoid;   /* 0/1: beta arrives as a logit (delta family only) */
-  int32_t gate_raw;       /* 0/1: g arrives raw; needs A_log and dt_bias (gated_delta_net, kda) */
+  int32_t gate_raw;       /* 0/1: g arrives raw; needs A_log and dt_bias (gated_delta_net, kda,
+                             ssd) */
   int32_t state_dtype;    /* lumen_dtype of the stored state: FLOAT32 (default) or BFLOAT16 */
+  int32_t conv_size;      /* W, 0 (none) to 64: a depthwise causal convolution of width W over
+                             each of q, k and v, with weights LUMEN_PARAM_CONV_*_WEIGHT and a
+                             window of the last W-1 inputs in the session (LUMEN_STATE_CONV_*) */
+  int32_t conv_activation;/* lumen_conv_activation after the convolution; default SILU */
 } lumen_layer_options;
 
-/** Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32). */
+/** Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32;
+ *  so no convolution, and SILU should one be added). NULL is a no-op. */
 LUMEN_API void lumen_layer_options_init(lumen_layer_options* options);
+
+/**
+ * Presets: the layer of a published model, dims and options as in its public config, so that
+ * one call describes it. Each fills *options as lumen_layer_options_init does, then sets the
+ * fields below; every field may still be changed before add_layer. The layer's parameters
+ * (A_log, dt_bias, conv weights and biases, D) come from the checkpoint through
+ * lumen_model_builder_set_param. NULL is a no-op. Thread-safe.
+ */
+
+/**
+ * Qwen3-Next-80B-A3B's Gated DeltaNet layer: gated_delta_net, H = 16 (linear_num_key_heads),
+ * HV = 32 (linear_num_value_heads), K = V = 128 (linear_key_head_dim, linear_value_head_dim),
+ * conv_size 4 (linear_conv_kernel_dim) with SILU and no bias, qk_l2norm, beta_sigmoid,
+ * gate_raw (A_log [HV], dt_bias [HV]); scale K^-0.5.
+ */
+LUMEN_API void lumen_layer_options_init_qwen3_next_gated_delta_net(lumen_layer_options* options);
+
+/**
+ * Kimi-Linear-48B-A3B's KDA layer: kda, H = HV = 32 (linear_attn_config.num_heads), K = V =
+ * 128 (head_dim), conv_size 4 (short_conv_kernel_size) with SILU and no bias, qk_l2norm,
+ * beta_sigmoid, gate_raw (A_log [HV], dt_bias [HV * K]); scale K^-0.5.
+ */
+LUMEN_API void lumen_layer_options_init_kimi_linear_kda(lumen_layer_options* options);
+
+/**
+ * Mamba-2 2.7B's layer on ssd: d_model 2560, expand 2, headdim 64, so HV = 80 heads of V = 64;
+ * H = 1 (ngroups), K = 128 (d_state), conv_size 4 (d_conv) with SILU and biases, gate_raw
+ * (A_log [HV], dt_bias [HV]; D [HV] optional), scale 1. Inputs: q = C, k = B, v = x, g = dt.
+ */
+LUMEN_API void lumen_layer_options_init_mamba2(lumen_layer_options* options);
 
 /**
  * Creates an empty model builder. The caller owns *out and frees it with
@@ -257,8 +337,9 @@ LUMEN_API void lumen_model_builder_destroy(lumen_model_builder* builder);
  * Appends a layer. The options are validated now: a known family; H, K, V >= 1 and HV a
  * multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite
  * and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize
- * are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's and kda's;
- * state_dtype FLOAT32 or BFLOAT16). On success the new layer's index is written to
+ * are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and
+ * ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
+ * conv_activation. On success the new layer's index is written to
  * *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming
  * the problem.
  */
@@ -267,10 +348,11 @@ LUMEN_API lumen_status lumen_model_builder_add_layer(lumen_model_builder* builde
                                                      int32_t* out_layer);
 
 /**
- * Sets parameter `param` of layer `layer` to a copy of values[0..count). count must be the
- * parameter's size (see lumen_param). Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer index
- * and LUMEN_ERROR_INVALID_ARGUMENT for a parameter the layer does not take, a wrong count or
- * values that are not finite (decays must lie in (0, 1)).
+ * Sets parameter `param` of layer `layer` to a copy of values[0..count) (setting it again
+ * replaces it). count must be the parameter's size (see lumen_param). Returns
+ * LUMEN_ERROR_OUT_OF_RANGE for a bad layer index and LUMEN_ERROR_INVALID_ARGUMENT for a
+ * parameter the layer does not take (e.g. conv weights without conv_size, D but not ssd with
+ * gate_raw), a wrong count or values that are not finite (decays must lie in (0, 1)).
  */
 LUMEN_API lumen_status lumen_model_builder_set_param(lumen_model_builder* builder, int32_t layer,
                                                      int32_t param, const float* values,
@@ -278,10 +360,12 @@ LUMEN_API lumen_status lumen_model_builder_set_param(lumen_model_builder* builde
 
 /**
  * Builds an immutable model from the builder's layers, checking that every layer has the
- * parameters it needs, that there are 1 to 1048576 (2^20) layers, and that a session's state
- * fits in 2^62 bytes both as stored and at 4 bytes per element (an fp32 snapshot), so that
- * every size the library derives from the model fits in int64_t. Returns
- * LUMEN_ERROR_INVALID_ARGUMENT with a message otherwise. The caller owns *out (free with
+ * parameters it needs (A_log and dt_bias with gate_raw; the three conv weights with
+ * conv_size > 0; LUMEN_ERROR_INVALID_ARGUMENT names the layer and what is missing), that
+ * there are 1 to 1048576 (2^20) layers, and that a session's state fits in 2^62 bytes both as
+ * stored and at 4 bytes per element (an fp32 snapshot), so that every size the library
+ * derives from the model fits in int64_t. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message
+ * otherwise. The caller owns *out (free with
  * lumen_model_destroy). The builder is left unchanged and may build again.
  */
 LUMEN_API lumen_status lumen_model_builder_build(const lumen_model_builder* builder,
@@ -298,14 +382,16 @@ LUMEN_API lumen_status lumen_model_layer_options(const lumen_model* model, int32
                                                  lumen_layer_options* out);
 
 /**
- * Writes the element count of one part of layer `layer`'s state in the canonical fp32 layout
- * (HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer keeps none).
+ * Writes the element count of one part (lumen_state_part) of layer `layer`'s state in the
+ * canonical fp32 layout: HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer
+ * keeps none; H*K*(W-1), H*K*(W-1) and HV*V*(W-1) for the conv windows, 0 without a
+ * convolution. An unknown part is LUMEN_ERROR_INVALID_ARGUMENT.
  */
 LUMEN_API lumen_status lumen_model_state_count(const lumen_model* model, int32_t layer,
                                                int32_t part, int64_t* out);
 
 /**
- * Writes the bytes a session keeps for layer `layer` (both parts, in its stored dtype), or,
+ * Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,
  * if layer is -1, the bytes a session allocates for the whole model: the layers' bytes plus
  * the padding that aligns each layer to 64 bytes. Independent of how many tokens the session
  * has consumed.
@@ -390,15 +476,18 @@ LUMEN_API lumen_status lumen_session_tokens(const lumen_session* session, int32_
                                             int64_t* out);
 
 /**
- * Copies one part of layer `layer`'s state into out[0..count), fp32, canonical layout
- * ([HV, K, V] or [HV, K]). count must equal lumen_model_state_count. Host memory.
+ * Copies one part (lumen_state_part) of layer `layer`'s state into out[0..count), fp32,
+ * canonical layout ([HV, K, V], [HV, K] or a conv window [C, W-1]). count must equal
+ * lumen_model_state_count; a part the layer does not keep is LUMEN_ERROR_INVALID_ARGUMENT.
+ * Host memory.
  */
 LUMEN_API lumen_status lumen_session_read_state(const lumen_session* session, int32_t layer,
                                                 int32_t part, float* out, int64_t count);
 
 /**
  * Overwrites one part of layer `layer`'s state from values[0..count) (fp32, canonical layout;
- * e.g. a state exported from flash-linear-attention). Rounds to the stored dtype. The token
+ * e.g. a state exported from flash-linear-attention, or a conv window from causal-conv1d or
+ * vLLM). Rounds to the stored dtype. The token
  * count is unchanged. Rejects non-finite values. Host memory.
  */
 LUMEN_API lumen_status lumen_session_write_state(lumen_session* session, int32_t layer,

@@ -347,6 +347,42 @@ def test_handles_forward_header_calls_they_do_not_wrap(engine, monkeypatch):
         lumen.LayerOptions(preset="no_such_model")
 
 
+def test_presets_and_conv_windows():
+    """A preset layer at small dims with its short convolution: the windows are state parts
+    [C, W-1] holding the last W-1 raw inputs, oldest first."""
+    options = lumen.LayerOptions(preset="qwen3_next_gated_delta_net", num_heads=1,
+                                 num_value_heads=2, key_dim=4, value_dim=3)
+    assert options.conv_size == 4
+    assert options.conv_activation == lumen.ConvActivation.SILU
+    assert lumen.LayerOptions(preset="mamba2").num_value_heads == 80
+    assert lumen.LayerOptions(preset="kimi_linear_kda", conv_activation="none").conv_activation \
+        == lumen.ConvActivation.NONE
+    rng = np.random.default_rng(5)
+    with lumen.ModelBuilder() as builder:
+        builder.add_layer(options)
+        builder.set_param(0, "a_log", np.zeros(2, np.float32))
+        builder.set_param(0, lumen.Param.DT_BIAS, np.zeros(2, np.float32))
+        for part, channels in (("q", 4), ("k", 4), ("v", 6)):
+            weight = rng.uniform(-0.5, 0.5, (channels, 4)).astype(np.float32)
+            builder.set_param(0, "conv_%s_weight" % part, weight)
+        model = builder.build()
+    tokens = 5
+    q = rng.standard_normal((tokens, 1, 4)).astype(np.float32)
+    k = rng.standard_normal((tokens, 1, 4)).astype(np.float32)
+    v = rng.standard_normal((tokens, 2, 3)).astype(np.float32)
+    g = rng.standard_normal((tokens, 2)).astype(np.float32)
+    beta = rng.standard_normal((tokens, 2)).astype(np.float32)
+    with model, lumen.Engine(model, num_threads=1) as engine, lumen.Session(engine) as session:
+        session.prefill(0, q, k, v, g, beta)
+        for part, raw in ((lumen.StatePart.CONV_Q, q), (lumen.StatePart.CONV_V, v)):
+            window = np.asarray(session.read_state(0, part))
+            channels = raw[0].size
+            assert window.shape == (channels, 3)
+            np.testing.assert_array_equal(window, raw[-3:].reshape(3, channels).T)
+        session.write_state(0, np.zeros((4, 3), np.float32), lumen.StatePart.CONV_K)
+        assert not np.asarray(session.read_state(0, lumen.StatePart.CONV_K)).any()
+
+
 def test_the_example_runs_without_numpy(tmp_path):
     example = pathlib.Path(__file__).resolve().parents[3] / "examples/python/stream_snapshot.py"
     code = ("import runpy, sys; sys.modules['numpy'] = None; "

@@ -87,18 +87,44 @@ extern "C" {
     #[doc = " \"UNKNOWN\" for any other value; never NULL. Thread-safe."]
     pub fn lumen_backend_string(backend: i32) -> *const ::std::os::raw::c_char;
 }
-#[doc = " [HV]: gated_delta_net and kda with gate_raw; g = -exp(A_log[h]) * softplus(g + dt_bias)."]
+#[doc = " [HV], needed with gate_raw (gated_delta_net, kda, ssd): g = -exp(A_log[h]) * dt, where"]
+#[doc = "  dt = softplus(g_raw + dt_bias)."]
 pub const LUMEN_PARAM_A_LOG: lumen_param = 0;
-#[doc = " [HV] for gated_delta_net, [HV * K] for kda; needed with gate_raw."]
+#[doc = " [HV] for gated_delta_net and ssd, [HV * K] for kda; needed with gate_raw."]
 pub const LUMEN_PARAM_DT_BIAS: lumen_param = 1;
 #[doc = " [HV]: retention decays gamma_h in (0, 1); default 1 - 2^(-5-h)."]
 pub const LUMEN_PARAM_DECAY: lumen_param = 2;
-#[doc = " Per-layer parameter arrays a family may need (see lumen_model_builder_set_param)."]
+#[doc = " [H * K, W] with conv_size = W > 0, needed: the depthwise causal convolution of q"]
+#[doc = "  (PyTorch's Conv1d(C, C, W, groups=C) weight [C, 1, W] without its middle axis; w[c, W-1]"]
+#[doc = "  weighs the current token)."]
+pub const LUMEN_PARAM_CONV_Q_WEIGHT: lumen_param = 3;
+#[doc = " [H * K, W] with conv_size > 0, needed: the convolution of k."]
+pub const LUMEN_PARAM_CONV_K_WEIGHT: lumen_param = 4;
+#[doc = " [HV * V, W] with conv_size > 0, needed: the convolution of v (Mamba-2's x)."]
+pub const LUMEN_PARAM_CONV_V_WEIGHT: lumen_param = 5;
+#[doc = " [H * K] with conv_size > 0, optional (default 0): the bias of q's convolution."]
+pub const LUMEN_PARAM_CONV_Q_BIAS: lumen_param = 6;
+#[doc = " [H * K] with conv_size > 0, optional (default 0): the bias of k's convolution."]
+pub const LUMEN_PARAM_CONV_K_BIAS: lumen_param = 7;
+#[doc = " [HV * V] with conv_size > 0, optional (default 0): the bias of v's convolution."]
+pub const LUMEN_PARAM_CONV_V_BIAS: lumen_param = 8;
+#[doc = " [HV], ssd with gate_raw only, optional: Mamba-2's skip, o_t += D[h] * x_t, where x_t is"]
+#[doc = "  the value input after the convolution (before the dt scaling)."]
+pub const LUMEN_PARAM_D: lumen_param = 9;
+#[doc = " Per-layer parameter arrays (see lumen_model_builder_set_param). C below is a convolution's"]
+#[doc = " channel count: H * K for the q and k parts, HV * V for the v part."]
 pub type lumen_param = ::std::os::raw::c_uint;
 pub const LUMEN_STATE_MATRIX: lumen_state_part = 0;
 pub const LUMEN_STATE_NORMALIZER: lumen_state_part = 1;
+pub const LUMEN_STATE_CONV_Q: lumen_state_part = 2;
+pub const LUMEN_STATE_CONV_K: lumen_state_part = 3;
+pub const LUMEN_STATE_CONV_V: lumen_state_part = 4;
 #[doc = " The parts of a layer's state."]
 pub type lumen_state_part = ::std::os::raw::c_uint;
+pub const LUMEN_CONV_ACTIVATION_SILU: lumen_conv_activation = 0;
+pub const LUMEN_CONV_ACTIVATION_NONE: lumen_conv_activation = 1;
+#[doc = " The activation after a layer's short convolution."]
+pub type lumen_conv_activation = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct lumen_model_builder {
@@ -109,7 +135,15 @@ pub struct lumen_model_builder {
 pub struct lumen_model {
     _unused: [u8; 0],
 }
-#[doc = " Description of one layer. Fill with lumen_layer_options_init, then set what you need."]
+#[doc = " Description of one layer. Fill with lumen_layer_options_init (or a preset below), then set"]
+#[doc = " what you need."]
+#[doc = ""]
+#[doc = " Inside a layer, each token's inputs go through, in order: the short convolution and its"]
+#[doc = " activation (conv_size > 0) on the raw q, k and v; then phi (linear_attn), qk_l2norm, scale,"]
+#[doc = " beta_sigmoid and the raw gate. With gate_raw on ssd (Mamba-2: q = C, k = B, v = x, H its"]
+#[doc = " groups, HV its heads, K its d_state, V its headdim) g is the raw dt: dt = softplus(g +"]
+#[doc = " dt_bias), the decay is exp(-exp(A_log) * dt), the write is k (x * dt)^T, and with the D"]
+#[doc = " parameter o_t += D[h] * x_t. Mamba-2's z gate and output norm stay outside the layer."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct lumen_layer_options {
@@ -127,12 +161,14 @@ pub struct lumen_layer_options {
     pub beta_sigmoid: i32,
     pub gate_raw: i32,
     pub state_dtype: i32,
+    pub conv_size: i32,
+    pub conv_activation: i32,
 }
 #[test]
 fn bindgen_test_layout_lumen_layer_options() {
     assert_eq!(
         ::std::mem::size_of::<lumen_layer_options>(),
-        56usize,
+        64usize,
         concat!("Size of: ", stringify!(lumen_layer_options))
     );
     assert_eq!(
@@ -378,10 +414,64 @@ fn bindgen_test_layout_lumen_layer_options() {
         );
     }
     test_field_state_dtype();
+    fn test_field_conv_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_layer_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).conv_size) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_layer_options),
+                "::",
+                stringify!(conv_size)
+            )
+        );
+    }
+    test_field_conv_size();
+    fn test_field_conv_activation() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_layer_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).conv_activation) as usize - ptr as usize
+            },
+            60usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_layer_options),
+                "::",
+                stringify!(conv_activation)
+            )
+        );
+    }
+    test_field_conv_activation();
 }
 extern "C" {
-    #[doc = " Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32)."]
+    #[doc = " Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32;"]
+    #[doc = "  so no convolution, and SILU should one be added). NULL is a no-op."]
     pub fn lumen_layer_options_init(options: *mut lumen_layer_options);
+}
+extern "C" {
+    #[doc = " Qwen3-Next-80B-A3B's Gated DeltaNet layer: gated_delta_net, H = 16 (linear_num_key_heads),"]
+    #[doc = " HV = 32 (linear_num_value_heads), K = V = 128 (linear_key_head_dim, linear_value_head_dim),"]
+    #[doc = " conv_size 4 (linear_conv_kernel_dim) with SILU and no bias, qk_l2norm, beta_sigmoid,"]
+    #[doc = " gate_raw (A_log [HV], dt_bias [HV]); scale K^-0.5."]
+    pub fn lumen_layer_options_init_qwen3_next_gated_delta_net(options: *mut lumen_layer_options);
+}
+extern "C" {
+    #[doc = " Kimi-Linear-48B-A3B's KDA layer: kda, H = HV = 32 (linear_attn_config.num_heads), K = V ="]
+    #[doc = " 128 (head_dim), conv_size 4 (short_conv_kernel_size) with SILU and no bias, qk_l2norm,"]
+    #[doc = " beta_sigmoid, gate_raw (A_log [HV], dt_bias [HV * K]); scale K^-0.5."]
+    pub fn lumen_layer_options_init_kimi_linear_kda(options: *mut lumen_layer_options);
+}
+extern "C" {
+    #[doc = " Mamba-2 2.7B's layer on ssd: d_model 2560, expand 2, headdim 64, so HV = 80 heads of V = 64;"]
+    #[doc = " H = 1 (ngroups), K = 128 (d_state), conv_size 4 (d_conv) with SILU and biases, gate_raw"]
+    #[doc = " (A_log [HV], dt_bias [HV]; D [HV] optional), scale 1. Inputs: q = C, k = B, v = x, g = dt."]
+    pub fn lumen_layer_options_init_mamba2(options: *mut lumen_layer_options);
 }
 extern "C" {
     #[doc = " Creates an empty model builder. The caller owns *out and frees it with"]
@@ -397,8 +487,9 @@ extern "C" {
     #[doc = " Appends a layer. The options are validated now: a known family; H, K, V >= 1 and HV a"]
     #[doc = " multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite"]
     #[doc = " and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize"]
-    #[doc = " are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's and kda's;"]
-    #[doc = " state_dtype FLOAT32 or BFLOAT16). On success the new layer's index is written to"]
+    #[doc = " are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and"]
+    #[doc = " ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known"]
+    #[doc = " conv_activation. On success the new layer's index is written to"]
     #[doc = " *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming"]
     #[doc = " the problem."]
     pub fn lumen_model_builder_add_layer(
@@ -408,10 +499,11 @@ extern "C" {
     ) -> lumen_status;
 }
 extern "C" {
-    #[doc = " Sets parameter `param` of layer `layer` to a copy of values[0..count). count must be the"]
-    #[doc = " parameter's size (see lumen_param). Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer index"]
-    #[doc = " and LUMEN_ERROR_INVALID_ARGUMENT for a parameter the layer does not take, a wrong count or"]
-    #[doc = " values that are not finite (decays must lie in (0, 1))."]
+    #[doc = " Sets parameter `param` of layer `layer` to a copy of values[0..count) (setting it again"]
+    #[doc = " replaces it). count must be the parameter's size (see lumen_param). Returns"]
+    #[doc = " LUMEN_ERROR_OUT_OF_RANGE for a bad layer index and LUMEN_ERROR_INVALID_ARGUMENT for a"]
+    #[doc = " parameter the layer does not take (e.g. conv weights without conv_size, D but not ssd with"]
+    #[doc = " gate_raw), a wrong count or values that are not finite (decays must lie in (0, 1))."]
     pub fn lumen_model_builder_set_param(
         builder: *mut lumen_model_builder,
         layer: i32,
@@ -422,10 +514,12 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Builds an immutable model from the builder's layers, checking that every layer has the"]
-    #[doc = " parameters it needs, that there are 1 to 1048576 (2^20) layers, and that a session's state"]
-    #[doc = " fits in 2^62 bytes both as stored and at 4 bytes per element (an fp32 snapshot), so that"]
-    #[doc = " every size the library derives from the model fits in int64_t. Returns"]
-    #[doc = " LUMEN_ERROR_INVALID_ARGUMENT with a message otherwise. The caller owns *out (free with"]
+    #[doc = " parameters it needs (A_log and dt_bias with gate_raw; the three conv weights with"]
+    #[doc = " conv_size > 0; LUMEN_ERROR_INVALID_ARGUMENT names the layer and what is missing), that"]
+    #[doc = " there are 1 to 1048576 (2^20) layers, and that a session's state fits in 2^62 bytes both as"]
+    #[doc = " stored and at 4 bytes per element (an fp32 snapshot), so that every size the library"]
+    #[doc = " derives from the model fits in int64_t. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message"]
+    #[doc = " otherwise. The caller owns *out (free with"]
     #[doc = " lumen_model_destroy). The builder is left unchanged and may build again."]
     pub fn lumen_model_builder_build(
         builder: *const lumen_model_builder,
@@ -449,8 +543,10 @@ extern "C" {
     ) -> lumen_status;
 }
 extern "C" {
-    #[doc = " Writes the element count of one part of layer `layer`'s state in the canonical fp32 layout"]
-    #[doc = " (HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer keeps none)."]
+    #[doc = " Writes the element count of one part (lumen_state_part) of layer `layer`'s state in the"]
+    #[doc = " canonical fp32 layout: HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer"]
+    #[doc = " keeps none; H*K*(W-1), H*K*(W-1) and HV*V*(W-1) for the conv windows, 0 without a"]
+    #[doc = " convolution. An unknown part is LUMEN_ERROR_INVALID_ARGUMENT."]
     pub fn lumen_model_state_count(
         model: *const lumen_model,
         layer: i32,
@@ -459,7 +555,7 @@ extern "C" {
     ) -> lumen_status;
 }
 extern "C" {
-    #[doc = " Writes the bytes a session keeps for layer `layer` (both parts, in its stored dtype), or,"]
+    #[doc = " Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,"]
     #[doc = " if layer is -1, the bytes a session allocates for the whole model: the layers' bytes plus"]
     #[doc = " the padding that aligns each layer to 64 bytes. Independent of how many tokens the session"]
     #[doc = " has consumed."]
@@ -643,8 +739,10 @@ extern "C" {
     ) -> lumen_status;
 }
 extern "C" {
-    #[doc = " Copies one part of layer `layer`'s state into out[0..count), fp32, canonical layout"]
-    #[doc = " ([HV, K, V] or [HV, K]). count must equal lumen_model_state_count. Host memory."]
+    #[doc = " Copies one part (lumen_state_part) of layer `layer`'s state into out[0..count), fp32,"]
+    #[doc = " canonical layout ([HV, K, V], [HV, K] or a conv window [C, W-1]). count must equal"]
+    #[doc = " lumen_model_state_count; a part the layer does not keep is LUMEN_ERROR_INVALID_ARGUMENT."]
+    #[doc = " Host memory."]
     pub fn lumen_session_read_state(
         session: *const lumen_session,
         layer: i32,
@@ -655,7 +753,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Overwrites one part of layer `layer`'s state from values[0..count) (fp32, canonical layout;"]
-    #[doc = " e.g. a state exported from flash-linear-attention). Rounds to the stored dtype. The token"]
+    #[doc = " e.g. a state exported from flash-linear-attention, or a conv window from causal-conv1d or"]
+    #[doc = " vLLM). Rounds to the stored dtype. The token"]
     #[doc = " count is unchanged. Rejects non-finite values. Host memory."]
     pub fn lumen_session_write_state(
         session: *mut lumen_session,

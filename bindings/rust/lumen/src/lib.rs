@@ -34,8 +34,8 @@ pub use engine::Engine;
 pub use error::{Error, Result};
 pub use model::{Model, ModelBuilder};
 pub use options::{
-    Backend, DType, EngineOptions, Family, FeatureMap, LayerOptions, Memory, Param,
-    SnapshotOptions, StatePart,
+    Backend, ConvActivation, DType, EngineOptions, Family, FeatureMap, LayerOptions, Memory,
+    Param, SnapshotOptions, StatePart,
 };
 pub use session::Session;
 pub use tensor::{Bf16, Element, F16, Inputs};

@@ -49,11 +49,24 @@ constants!(
 );
 constants!(
     /// Per-layer parameters (`lumen_param`).
-    Param { A_LOG = LUMEN_PARAM_A_LOG, DT_BIAS = LUMEN_PARAM_DT_BIAS, DECAY = LUMEN_PARAM_DECAY }
+    Param {
+        A_LOG = LUMEN_PARAM_A_LOG, DT_BIAS = LUMEN_PARAM_DT_BIAS, DECAY = LUMEN_PARAM_DECAY,
+        CONV_Q_WEIGHT = LUMEN_PARAM_CONV_Q_WEIGHT, CONV_K_WEIGHT = LUMEN_PARAM_CONV_K_WEIGHT,
+        CONV_V_WEIGHT = LUMEN_PARAM_CONV_V_WEIGHT, CONV_Q_BIAS = LUMEN_PARAM_CONV_Q_BIAS,
+        CONV_K_BIAS = LUMEN_PARAM_CONV_K_BIAS, CONV_V_BIAS = LUMEN_PARAM_CONV_V_BIAS,
+        D = LUMEN_PARAM_D,
+    }
 );
 constants!(
     /// Parts of a layer's state (`lumen_state_part`).
-    StatePart { MATRIX = LUMEN_STATE_MATRIX, NORMALIZER = LUMEN_STATE_NORMALIZER }
+    StatePart {
+        MATRIX = LUMEN_STATE_MATRIX, NORMALIZER = LUMEN_STATE_NORMALIZER,
+        CONV_Q = LUMEN_STATE_CONV_Q, CONV_K = LUMEN_STATE_CONV_K, CONV_V = LUMEN_STATE_CONV_V,
+    }
+);
+constants!(
+    /// The activation after a layer's short convolution (`lumen_conv_activation`).
+    ConvActivation { SILU = LUMEN_CONV_ACTIVATION_SILU, NONE = LUMEN_CONV_ACTIVATION_NONE }
 );
 
 macro_rules! options_struct {
@@ -133,6 +146,33 @@ impl LayerOptions {
         beta_sigmoid: beta_sigmoid as bool => i32::from;
         gate_raw: gate_raw as bool => i32::from;
         state_dtype: state_dtype as DType => |d| d.0;
+        /// W, the width of the q/k/v convolutions (0: none).
+        conv_size: conv_size as i32 => |x| x;
+        conv_activation: conv_activation as ConvActivation => |a| a.0;
+    }
+
+    /// Qwen3-Next-80B-A3B's Gated DeltaNet layer (`lumen_layer_options_init_qwen3_next_gated_delta_net`).
+    pub fn qwen3_next_gated_delta_net() -> Self {
+        Self::preset(sys::lumen_layer_options_init_qwen3_next_gated_delta_net)
+    }
+
+    /// Kimi-Linear-48B-A3B's KDA layer (`lumen_layer_options_init_kimi_linear_kda`).
+    pub fn kimi_linear_kda() -> Self {
+        Self::preset(sys::lumen_layer_options_init_kimi_linear_kda)
+    }
+
+    /// Mamba-2 2.7B's layer on ssd (`lumen_layer_options_init_mamba2`).
+    pub fn mamba2() -> Self {
+        Self::preset(sys::lumen_layer_options_init_mamba2)
+    }
+
+    fn preset(init: unsafe extern "C" fn(*mut sys::lumen_layer_options)) -> Self {
+        let mut raw = MaybeUninit::<sys::lumen_layer_options>::zeroed();
+        // SAFETY: every preset fills every field of the struct.
+        unsafe {
+            init(raw.as_mut_ptr());
+            LayerOptions(raw.assume_init())
+        }
     }
 
     pub(crate) fn from_raw(raw: sys::lumen_layer_options) -> Self {

@@ -40,6 +40,18 @@ public class Capi {
     CapiPINVOKE.lumen_layer_options_init(LayerOptions.getCPtr(options));
   }
 
+  public static void lumen_layer_options_init_qwen3_next_gated_delta_net(LayerOptions options) {
+    CapiPINVOKE.lumen_layer_options_init_qwen3_next_gated_delta_net(LayerOptions.getCPtr(options));
+  }
+
+  public static void lumen_layer_options_init_kimi_linear_kda(LayerOptions options) {
+    CapiPINVOKE.lumen_layer_options_init_kimi_linear_kda(LayerOptions.getCPtr(options));
+  }
+
+  public static void lumen_layer_options_init_mamba2(LayerOptions options) {
+    CapiPINVOKE.lumen_layer_options_init_mamba2(LayerOptions.getCPtr(options));
+  }
+
   public static void lumen_model_builder_create(out global::System.IntPtr out_) {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_model_builder_create(out out_));
   }

@@ -286,6 +286,18 @@ class CapiPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_StateDtype_get___")]
   public static extern int LayerOptions_StateDtype_get(global::System.Runtime.InteropServices.HandleRef jarg1);
 
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_ConvSize_set___")]
+  public static extern void LayerOptions_ConvSize_set(global::System.Runtime.InteropServices.HandleRef jarg1, int jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_ConvSize_get___")]
+  public static extern int LayerOptions_ConvSize_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_ConvActivation_set___")]
+  public static extern void LayerOptions_ConvActivation_set(global::System.Runtime.InteropServices.HandleRef jarg1, int jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_ConvActivation_get___")]
+  public static extern int LayerOptions_ConvActivation_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_new_LayerOptions___")]
   public static extern global::System.IntPtr new_LayerOptions();
 
@@ -294,6 +306,15 @@ class CapiPINVOKE {
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_layer_options_init___")]
   public static extern void lumen_layer_options_init(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_layer_options_init_qwen3_next_gated_delta_net___")]
+  public static extern void lumen_layer_options_init_qwen3_next_gated_delta_net(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_layer_options_init_kimi_linear_kda___")]
+  public static extern void lumen_layer_options_init_kimi_linear_kda(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_layer_options_init_mamba2___")]
+  public static extern void lumen_layer_options_init_mamba2(global::System.Runtime.InteropServices.HandleRef jarg1);
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_model_builder_create___")]
   public static extern int lumen_model_builder_create(out global::System.IntPtr jarg1);

@@ -187,6 +187,26 @@ public class LayerOptions : global::System.IDisposable {
     } 
   }
 
+  public int ConvSize {
+    set {
+      CapiPINVOKE.LayerOptions_ConvSize_set(swigCPtr, value);
+    } 
+    get {
+      int ret = CapiPINVOKE.LayerOptions_ConvSize_get(swigCPtr);
+      return ret;
+    } 
+  }
+
+  public int ConvActivation {
+    set {
+      CapiPINVOKE.LayerOptions_ConvActivation_set(swigCPtr, value);
+    } 
+    get {
+      int ret = CapiPINVOKE.LayerOptions_ConvActivation_get(swigCPtr);
+      return ret;
+    } 
+  }
+
   public LayerOptions() : this(CapiPINVOKE.new_LayerOptions(), true) {
   }
 

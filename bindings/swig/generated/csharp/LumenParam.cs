@@ -13,7 +13,14 @@ namespace Lumen.CApi {
 public enum LumenParam {
   A_LOG = 0,
   DT_BIAS = 1,
-  DECAY = 2
+  DECAY = 2,
+  CONV_Q_WEIGHT = 3,
+  CONV_K_WEIGHT = 4,
+  CONV_V_WEIGHT = 5,
+  CONV_Q_BIAS = 6,
+  CONV_K_BIAS = 7,
+  CONV_V_BIAS = 8,
+  D = 9
 }
 
 }

@@ -12,7 +12,10 @@ namespace Lumen.CApi {
 
 public enum LumenStatePart {
   MATRIX = 0,
-  NORMALIZER = 1
+  NORMALIZER = 1,
+  CONV_Q = 2,
+  CONV_K = 3,
+  CONV_V = 4
 }
 
 }

@@ -654,6 +654,50 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_StateDtype_get___(void
 }
 
 
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_ConvSize_set___(void * jarg1, int jarg2) {
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t arg2 ;
+  
+  arg1 = (struct lumen_layer_options *)jarg1; 
+  arg2 = (int32_t)jarg2; 
+  if (arg1) (arg1)->conv_size = arg2;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_ConvSize_get___(void * jarg1) {
+  int jresult ;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t result;
+  
+  arg1 = (struct lumen_layer_options *)jarg1; 
+  result = (int32_t) ((arg1)->conv_size);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_ConvActivation_set___(void * jarg1, int jarg2) {
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t arg2 ;
+  
+  arg1 = (struct lumen_layer_options *)jarg1; 
+  arg2 = (int32_t)jarg2; 
+  if (arg1) (arg1)->conv_activation = arg2;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_ConvActivation_get___(void * jarg1) {
+  int jresult ;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t result;
+  
+  arg1 = (struct lumen_layer_options *)jarg1; 
+  result = (int32_t) ((arg1)->conv_activation);
+  jresult = result; 
+  return jresult;
+}
+
+
 SWIGEXPORT void * SWIGSTDCALL CSharp_LumenfCApi_new_LayerOptions___() {
   void * jresult ;
   struct lumen_layer_options *result = 0 ;
@@ -677,6 +721,30 @@ SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_lumen_layer_options_init___(void *
   
   arg1 = (lumen_layer_options *)jarg1; 
   lumen_layer_options_init(arg1);
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_lumen_layer_options_init_qwen3_next_gated_delta_net___(void * jarg1) {
+  lumen_layer_options *arg1 = (lumen_layer_options *) 0 ;
+  
+  arg1 = (lumen_layer_options *)jarg1; 
+  lumen_layer_options_init_qwen3_next_gated_delta_net(arg1);
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_lumen_layer_options_init_kimi_linear_kda___(void * jarg1) {
+  lumen_layer_options *arg1 = (lumen_layer_options *) 0 ;
+  
+  arg1 = (lumen_layer_options *)jarg1; 
+  lumen_layer_options_init_kimi_linear_kda(arg1);
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_lumen_layer_options_init_mamba2___(void * jarg1) {
+  lumen_layer_options *arg1 = (lumen_layer_options *) 0 ;
+  
+  arg1 = (lumen_layer_options *)jarg1; 
+  lumen_layer_options_init_mamba2(arg1);
 }
 
 

@@ -824,6 +824,62 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1stateDtype_1ge
 }
 
 
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1convSize_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jint jarg2) {
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_options **)&jarg1; 
+  arg2 = (int32_t)jarg2; 
+  if (arg1) (arg1)->conv_size = arg2;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1convSize_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jint jresult = 0 ;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_options **)&jarg1; 
+  result = (int32_t) ((arg1)->conv_size);
+  jresult = (jint)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1convActivation_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jint jarg2) {
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_options **)&jarg1; 
+  arg2 = (int32_t)jarg2; 
+  if (arg1) (arg1)->conv_activation = arg2;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1convActivation_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jint jresult = 0 ;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_options **)&jarg1; 
+  result = (int32_t) ((arg1)->conv_activation);
+  jresult = (jint)result; 
+  return jresult;
+}
+
+
 SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_new_1LayerOptions(JNIEnv *jenv, jclass jcls) {
   jlong jresult = 0 ;
   struct lumen_layer_options *result = 0 ;
@@ -854,6 +910,39 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_lumen_1layer_1options_1init(
   (void)jarg1_;
   arg1 = *(lumen_layer_options **)&jarg1; 
   lumen_layer_options_init(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_lumen_1layer_1options_1init_1qwen3_1next_1gated_1delta_1net(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  lumen_layer_options *arg1 = (lumen_layer_options *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(lumen_layer_options **)&jarg1; 
+  lumen_layer_options_init_qwen3_next_gated_delta_net(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_lumen_1layer_1options_1init_1kimi_1linear_1kda(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  lumen_layer_options *arg1 = (lumen_layer_options *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(lumen_layer_options **)&jarg1; 
+  lumen_layer_options_init_kimi_linear_kda(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_lumen_1layer_1options_1init_1mamba2(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  lumen_layer_options *arg1 = (lumen_layer_options *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(lumen_layer_options **)&jarg1; 
+  lumen_layer_options_init_mamba2(arg1);
 }
 
 

@@ -147,15 +147,54 @@ def lumen_backend_string(backend):
     """
     return _capi.lumen_backend_string(backend)
 LUMEN_PARAM_A_LOG = _capi.LUMEN_PARAM_A_LOG
-r""" [HV]: gated_delta_net and kda with gate_raw; g = -exp(A_log[h]) * softplus(g + dt_bias)."""
+r"""
+    [HV], needed with gate_raw (gated_delta_net, kda, ssd): g = -exp(A_log[h]) * dt, where
+    dt = softplus(g_raw + dt_bias).
+    """
 LUMEN_PARAM_DT_BIAS = _capi.LUMEN_PARAM_DT_BIAS
-r""" [HV] for gated_delta_net, [HV * K] for kda; needed with gate_raw."""
+r""" [HV] for gated_delta_net and ssd, [HV * K] for kda; needed with gate_raw."""
 LUMEN_PARAM_DECAY = _capi.LUMEN_PARAM_DECAY
 r""" [HV]: retention decays gamma_h in (0, 1); default 1 - 2^(-5-h)."""
+LUMEN_PARAM_CONV_Q_WEIGHT = _capi.LUMEN_PARAM_CONV_Q_WEIGHT
+r"""
+    [H * K, W] with conv_size = W > 0, needed: the depthwise causal convolution of q
+    (PyTorch's Conv1d(C, C, W, groups=C) weight [C, 1, W] without its middle axis; w[c, W-1]
+    weighs the current token).
+    """
+LUMEN_PARAM_CONV_K_WEIGHT = _capi.LUMEN_PARAM_CONV_K_WEIGHT
+r""" [H * K, W] with conv_size > 0, needed: the convolution of k."""
+LUMEN_PARAM_CONV_V_WEIGHT = _capi.LUMEN_PARAM_CONV_V_WEIGHT
+r""" [HV * V, W] with conv_size > 0, needed: the convolution of v (Mamba-2's x)."""
+LUMEN_PARAM_CONV_Q_BIAS = _capi.LUMEN_PARAM_CONV_Q_BIAS
+r""" [H * K] with conv_size > 0, optional (default 0): the bias of q's convolution."""
+LUMEN_PARAM_CONV_K_BIAS = _capi.LUMEN_PARAM_CONV_K_BIAS
+r""" [H * K] with conv_size > 0, optional (default 0): the bias of k's convolution."""
+LUMEN_PARAM_CONV_V_BIAS = _capi.LUMEN_PARAM_CONV_V_BIAS
+r""" [HV * V] with conv_size > 0, optional (default 0): the bias of v's convolution."""
+LUMEN_PARAM_D = _capi.LUMEN_PARAM_D
+r"""
+    [HV], ssd with gate_raw only, optional: Mamba-2's skip, o_t += D[h] * x_t, where x_t is
+    the value input after the convolution (before the dt scaling).
+    """
 LUMEN_STATE_MATRIX = _capi.LUMEN_STATE_MATRIX
 LUMEN_STATE_NORMALIZER = _capi.LUMEN_STATE_NORMALIZER
+LUMEN_STATE_CONV_Q = _capi.LUMEN_STATE_CONV_Q
+LUMEN_STATE_CONV_K = _capi.LUMEN_STATE_CONV_K
+LUMEN_STATE_CONV_V = _capi.LUMEN_STATE_CONV_V
+LUMEN_CONV_ACTIVATION_SILU = _capi.LUMEN_CONV_ACTIVATION_SILU
+LUMEN_CONV_ACTIVATION_NONE = _capi.LUMEN_CONV_ACTIVATION_NONE
 class lumen_layer_options(object):
-    r""" Description of one layer. Fill with lumen_layer_options_init, then set what you need."""
+    r"""
+    Description of one layer. Fill with lumen_layer_options_init (or a preset below), then set
+    what you need.
+
+    Inside a layer, each token's inputs go through, in order: the short convolution and its
+    activation (conv_size > 0) on the raw q, k and v; then phi (linear_attn), qk_l2norm, scale,
+    beta_sigmoid and the raw gate. With gate_raw on ssd (Mamba-2: q = C, k = B, v = x, H its
+    groups, HV its heads, K its d_state, V its headdim) g is the raw dt: dt = softplus(g +
+    dt_bias), the decay is exp(-exp(A_log) * dt), the write is k (x * dt)^T, and with the D
+    parameter o_t += D[h] * x_t. Mamba-2's z gate and output norm stay outside the layer.
+    """
 
     thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
     __repr__ = _swig_repr
@@ -172,6 +211,8 @@ class lumen_layer_options(object):
     beta_sigmoid = property(_capi.lumen_layer_options_beta_sigmoid_get, _capi.lumen_layer_options_beta_sigmoid_set)
     gate_raw = property(_capi.lumen_layer_options_gate_raw_get, _capi.lumen_layer_options_gate_raw_set)
     state_dtype = property(_capi.lumen_layer_options_state_dtype_get, _capi.lumen_layer_options_state_dtype_set)
+    conv_size = property(_capi.lumen_layer_options_conv_size_get, _capi.lumen_layer_options_conv_size_set)
+    conv_activation = property(_capi.lumen_layer_options_conv_activation_get, _capi.lumen_layer_options_conv_activation_set)
 
     def __init__(self):
         _capi.lumen_layer_options_swiginit(self, _capi.new_lumen_layer_options())
@@ -181,8 +222,42 @@ class lumen_layer_options(object):
 _capi.lumen_layer_options_swigregister(lumen_layer_options)
 
 def lumen_layer_options_init(options):
-    r""" Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32)."""
+    r"""
+    Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32;
+    so no convolution, and SILU should one be added). NULL is a no-op.
+    """
     return _capi.lumen_layer_options_init(options)
+
+def lumen_layer_options_init_qwen3_next_gated_delta_net(options):
+    r"""
+    Presets: the layer of a published model, dims and options as in its public config, so that
+    one call describes it. Each fills *options as lumen_layer_options_init does, then sets the
+    fields below; every field may still be changed before add_layer. The layer's parameters
+    (A_log, dt_bias, conv weights and biases, D) come from the checkpoint through
+    lumen_model_builder_set_param. NULL is a no-op. Thread-safe.
+
+    Qwen3-Next-80B-A3B's Gated DeltaNet layer: gated_delta_net, H = 16 (linear_num_key_heads),
+    HV = 32 (linear_num_value_heads), K = V = 128 (linear_key_head_dim, linear_value_head_dim),
+    conv_size 4 (linear_conv_kernel_dim) with SILU and no bias, qk_l2norm, beta_sigmoid,
+    gate_raw (A_log [HV], dt_bias [HV]); scale K^-0.5.
+    """
+    return _capi.lumen_layer_options_init_qwen3_next_gated_delta_net(options)
+
+def lumen_layer_options_init_kimi_linear_kda(options):
+    r"""
+    Kimi-Linear-48B-A3B's KDA layer: kda, H = HV = 32 (linear_attn_config.num_heads), K = V =
+    128 (head_dim), conv_size 4 (short_conv_kernel_size) with SILU and no bias, qk_l2norm,
+    beta_sigmoid, gate_raw (A_log [HV], dt_bias [HV * K]); scale K^-0.5.
+    """
+    return _capi.lumen_layer_options_init_kimi_linear_kda(options)
+
+def lumen_layer_options_init_mamba2(options):
+    r"""
+    Mamba-2 2.7B's layer on ssd: d_model 2560, expand 2, headdim 64, so HV = 80 heads of V = 64;
+    H = 1 (ngroups), K = 128 (d_state), conv_size 4 (d_conv) with SILU and biases, gate_raw
+    (A_log [HV], dt_bias [HV]; D [HV] optional), scale 1. Inputs: q = C, k = B, v = x, g = dt.
+    """
+    return _capi.lumen_layer_options_init_mamba2(options)
 
 def lumen_model_builder_create():
     r"""
@@ -201,8 +276,9 @@ def lumen_model_builder_add_layer(builder, options):
     Appends a layer. The options are validated now: a known family; H, K, V >= 1 and HV a
     multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite
     and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize
-    are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's and kda's;
-    state_dtype FLOAT32 or BFLOAT16). On success the new layer's index is written to
+    are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and
+    ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
+    conv_activation. On success the new layer's index is written to
     *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming
     the problem.
     """
@@ -210,20 +286,23 @@ def lumen_model_builder_add_layer(builder, options):
 
 def lumen_model_builder_set_param(builder, layer, param, values):
     r"""
-    Sets parameter `param` of layer `layer` to a copy of values[0..count). count must be the
-    parameter's size (see lumen_param). Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer index
-    and LUMEN_ERROR_INVALID_ARGUMENT for a parameter the layer does not take, a wrong count or
-    values that are not finite (decays must lie in (0, 1)).
+    Sets parameter `param` of layer `layer` to a copy of values[0..count) (setting it again
+    replaces it). count must be the parameter's size (see lumen_param). Returns
+    LUMEN_ERROR_OUT_OF_RANGE for a bad layer index and LUMEN_ERROR_INVALID_ARGUMENT for a
+    parameter the layer does not take (e.g. conv weights without conv_size, D but not ssd with
+    gate_raw), a wrong count or values that are not finite (decays must lie in (0, 1)).
     """
     return _capi.lumen_model_builder_set_param(builder, layer, param, values)
 
 def lumen_model_builder_build(builder):
     r"""
     Builds an immutable model from the builder's layers, checking that every layer has the
-    parameters it needs, that there are 1 to 1048576 (2^20) layers, and that a session's state
-    fits in 2^62 bytes both as stored and at 4 bytes per element (an fp32 snapshot), so that
-    every size the library derives from the model fits in int64_t. Returns
-    LUMEN_ERROR_INVALID_ARGUMENT with a message otherwise. The caller owns *out (free with
+    parameters it needs (A_log and dt_bias with gate_raw; the three conv weights with
+    conv_size > 0; LUMEN_ERROR_INVALID_ARGUMENT names the layer and what is missing), that
+    there are 1 to 1048576 (2^20) layers, and that a session's state fits in 2^62 bytes both as
+    stored and at 4 bytes per element (an fp32 snapshot), so that every size the library
+    derives from the model fits in int64_t. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message
+    otherwise. The caller owns *out (free with
     lumen_model_destroy). The builder is left unchanged and may build again.
     """
     return _capi.lumen_model_builder_build(builder)
@@ -242,14 +321,16 @@ def lumen_model_layer_options(model, layer):
 
 def lumen_model_state_count(model, layer, part):
     r"""
-    Writes the element count of one part of layer `layer`'s state in the canonical fp32 layout
-    (HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer keeps none).
+    Writes the element count of one part (lumen_state_part) of layer `layer`'s state in the
+    canonical fp32 layout: HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer
+    keeps none; H*K*(W-1), H*K*(W-1) and HV*V*(W-1) for the conv windows, 0 without a
+    convolution. An unknown part is LUMEN_ERROR_INVALID_ARGUMENT.
     """
     return _capi.lumen_model_state_count(model, layer, part)
 
 def lumen_model_state_bytes(model, layer):
     r"""
-    Writes the bytes a session keeps for layer `layer` (both parts, in its stored dtype), or,
+    Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,
     if layer is -1, the bytes a session allocates for the whole model: the layers' bytes plus
     the padding that aligns each layer to 64 bytes. Independent of how many tokens the session
     has consumed.
@@ -336,15 +417,18 @@ def lumen_session_tokens(session, layer):
 
 def lumen_session_read_state(session, layer, part, out):
     r"""
-    Copies one part of layer `layer`'s state into out[0..count), fp32, canonical layout
-    ([HV, K, V] or [HV, K]). count must equal lumen_model_state_count. Host memory.
+    Copies one part (lumen_state_part) of layer `layer`'s state into out[0..count), fp32,
+    canonical layout ([HV, K, V], [HV, K] or a conv window [C, W-1]). count must equal
+    lumen_model_state_count; a part the layer does not keep is LUMEN_ERROR_INVALID_ARGUMENT.
+    Host memory.
     """
     return _capi.lumen_session_read_state(session, layer, part, out)
 
 def lumen_session_write_state(session, layer, part, values):
     r"""
     Overwrites one part of layer `layer`'s state from values[0..count) (fp32, canonical layout;
-    e.g. a state exported from flash-linear-attention). Rounds to the stored dtype. The token
+    e.g. a state exported from flash-linear-attention, or a conv window from causal-conv1d or
+    vLLM). Rounds to the stored dtype. The token
     count is unchanged. Rejects non-finite values. Host memory.
     """
     return _capi.lumen_session_write_state(session, layer, part, values)

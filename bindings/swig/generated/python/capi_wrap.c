@@ -2984,34 +2984,35 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 #define SWIGTYPE_p_int swig_types[2]
 #define SWIGTYPE_p_long_long swig_types[3]
 #define SWIGTYPE_p_lumen_backend swig_types[4]
-#define SWIGTYPE_p_lumen_dtype swig_types[5]
-#define SWIGTYPE_p_lumen_engine swig_types[6]
-#define SWIGTYPE_p_lumen_engine_options swig_types[7]
-#define SWIGTYPE_p_lumen_family swig_types[8]
-#define SWIGTYPE_p_lumen_feature_map swig_types[9]
-#define SWIGTYPE_p_lumen_layer_inputs swig_types[10]
-#define SWIGTYPE_p_lumen_layer_options swig_types[11]
-#define SWIGTYPE_p_lumen_layer_output swig_types[12]
-#define SWIGTYPE_p_lumen_memory swig_types[13]
-#define SWIGTYPE_p_lumen_model swig_types[14]
-#define SWIGTYPE_p_lumen_model_builder swig_types[15]
-#define SWIGTYPE_p_lumen_param swig_types[16]
-#define SWIGTYPE_p_lumen_session swig_types[17]
-#define SWIGTYPE_p_lumen_snapshot_options swig_types[18]
-#define SWIGTYPE_p_lumen_state_part swig_types[19]
-#define SWIGTYPE_p_lumen_status swig_types[20]
-#define SWIGTYPE_p_p_lumen_engine swig_types[21]
-#define SWIGTYPE_p_p_lumen_model swig_types[22]
-#define SWIGTYPE_p_p_lumen_model_builder swig_types[23]
-#define SWIGTYPE_p_p_lumen_session swig_types[24]
-#define SWIGTYPE_p_short swig_types[25]
-#define SWIGTYPE_p_signed_char swig_types[26]
-#define SWIGTYPE_p_unsigned_char swig_types[27]
-#define SWIGTYPE_p_unsigned_int swig_types[28]
-#define SWIGTYPE_p_unsigned_long_long swig_types[29]
-#define SWIGTYPE_p_unsigned_short swig_types[30]
-static swig_type_info *swig_types[32];
-static swig_module_info swig_module = {swig_types, 31, 0, 0, 0, 0};
+#define SWIGTYPE_p_lumen_conv_activation swig_types[5]
+#define SWIGTYPE_p_lumen_dtype swig_types[6]
+#define SWIGTYPE_p_lumen_engine swig_types[7]
+#define SWIGTYPE_p_lumen_engine_options swig_types[8]
+#define SWIGTYPE_p_lumen_family swig_types[9]
+#define SWIGTYPE_p_lumen_feature_map swig_types[10]
+#define SWIGTYPE_p_lumen_layer_inputs swig_types[11]
+#define SWIGTYPE_p_lumen_layer_options swig_types[12]
+#define SWIGTYPE_p_lumen_layer_output swig_types[13]
+#define SWIGTYPE_p_lumen_memory swig_types[14]
+#define SWIGTYPE_p_lumen_model swig_types[15]
+#define SWIGTYPE_p_lumen_model_builder swig_types[16]
+#define SWIGTYPE_p_lumen_param swig_types[17]
+#define SWIGTYPE_p_lumen_session swig_types[18]
+#define SWIGTYPE_p_lumen_snapshot_options swig_types[19]
+#define SWIGTYPE_p_lumen_state_part swig_types[20]
+#define SWIGTYPE_p_lumen_status swig_types[21]
+#define SWIGTYPE_p_p_lumen_engine swig_types[22]
+#define SWIGTYPE_p_p_lumen_model swig_types[23]
+#define SWIGTYPE_p_p_lumen_model_builder swig_types[24]
+#define SWIGTYPE_p_p_lumen_session swig_types[25]
+#define SWIGTYPE_p_short swig_types[26]
+#define SWIGTYPE_p_signed_char swig_types[27]
+#define SWIGTYPE_p_unsigned_char swig_types[28]
+#define SWIGTYPE_p_unsigned_int swig_types[29]
+#define SWIGTYPE_p_unsigned_long_long swig_types[30]
+#define SWIGTYPE_p_unsigned_short swig_types[31]
+static swig_type_info *swig_types[33];
+static swig_module_info swig_module = {swig_types, 32, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -4582,6 +4583,126 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_lumen_layer_options_conv_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_layer_options_conv_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_conv_size_set" "', argument " "1"" of type '" "struct lumen_layer_options *""'"); 
+  }
+  arg1 = (struct lumen_layer_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_layer_options_conv_size_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->conv_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_layer_options_conv_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_conv_size_get" "', argument " "1"" of type '" "struct lumen_layer_options *""'"); 
+  }
+  arg1 = (struct lumen_layer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->conv_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_layer_options_conv_activation_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_layer_options_conv_activation_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_conv_activation_set" "', argument " "1"" of type '" "struct lumen_layer_options *""'"); 
+  }
+  arg1 = (struct lumen_layer_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_layer_options_conv_activation_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->conv_activation = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_layer_options_conv_activation_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_conv_activation_get" "', argument " "1"" of type '" "struct lumen_layer_options *""'"); 
+  }
+  arg1 = (struct lumen_layer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->conv_activation);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_lumen_layer_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct lumen_layer_options *result = 0 ;
@@ -4653,6 +4774,84 @@ SWIGINTERN PyObject *_wrap_lumen_layer_options_init(PyObject *self, PyObject *ar
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     lumen_layer_options_init(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_layer_options_init_qwen3_next_gated_delta_net(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_layer_options *arg1 = (lumen_layer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_init_qwen3_next_gated_delta_net" "', argument " "1"" of type '" "lumen_layer_options *""'"); 
+  }
+  arg1 = (lumen_layer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    lumen_layer_options_init_qwen3_next_gated_delta_net(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_layer_options_init_kimi_linear_kda(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_layer_options *arg1 = (lumen_layer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_init_kimi_linear_kda" "', argument " "1"" of type '" "lumen_layer_options *""'"); 
+  }
+  arg1 = (lumen_layer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    lumen_layer_options_init_kimi_linear_kda(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_layer_options_init_mamba2(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_layer_options *arg1 = (lumen_layer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_init_mamba2" "', argument " "1"" of type '" "lumen_layer_options *""'"); 
+  }
+  arg1 = (lumen_layer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    lumen_layer_options_init_mamba2(arg1);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_Py_Void();
@@ -7878,11 +8077,40 @@ static PyMethodDef SwigMethods[] = {
 	 { "lumen_layer_options_gate_raw_get", _wrap_lumen_layer_options_gate_raw_get, METH_O, NULL},
 	 { "lumen_layer_options_state_dtype_set", _wrap_lumen_layer_options_state_dtype_set, METH_VARARGS, NULL},
 	 { "lumen_layer_options_state_dtype_get", _wrap_lumen_layer_options_state_dtype_get, METH_O, NULL},
+	 { "lumen_layer_options_conv_size_set", _wrap_lumen_layer_options_conv_size_set, METH_VARARGS, NULL},
+	 { "lumen_layer_options_conv_size_get", _wrap_lumen_layer_options_conv_size_get, METH_O, NULL},
+	 { "lumen_layer_options_conv_activation_set", _wrap_lumen_layer_options_conv_activation_set, METH_VARARGS, NULL},
+	 { "lumen_layer_options_conv_activation_get", _wrap_lumen_layer_options_conv_activation_get, METH_O, NULL},
 	 { "new_lumen_layer_options", _wrap_new_lumen_layer_options, METH_NOARGS, NULL},
 	 { "delete_lumen_layer_options", _wrap_delete_lumen_layer_options, METH_O, NULL},
 	 { "lumen_layer_options_swigregister", lumen_layer_options_swigregister, METH_O, NULL},
 	 { "lumen_layer_options_swiginit", lumen_layer_options_swiginit, METH_VARARGS, NULL},
-	 { "lumen_layer_options_init", _wrap_lumen_layer_options_init, METH_O, " Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32)."},
+	 { "lumen_layer_options_init", _wrap_lumen_layer_options_init, METH_O, "\n"
+		"Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32;\n"
+		"so no convolution, and SILU should one be added). NULL is a no-op.\n"
+		""},
+	 { "lumen_layer_options_init_qwen3_next_gated_delta_net", _wrap_lumen_layer_options_init_qwen3_next_gated_delta_net, METH_O, "\n"
+		"Presets: the layer of a published model, dims and options as in its public config, so that\n"
+		"one call describes it. Each fills *options as lumen_layer_options_init does, then sets the\n"
+		"fields below; every field may still be changed before add_layer. The layer's parameters\n"
+		"(A_log, dt_bias, conv weights and biases, D) come from the checkpoint through\n"
+		"lumen_model_builder_set_param. NULL is a no-op. Thread-safe.\n"
+		"\n"
+		"Qwen3-Next-80B-A3B's Gated DeltaNet layer: gated_delta_net, H = 16 (linear_num_key_heads),\n"
+		"HV = 32 (linear_num_value_heads), K = V = 128 (linear_key_head_dim, linear_value_head_dim),\n"
+		"conv_size 4 (linear_conv_kernel_dim) with SILU and no bias, qk_l2norm, beta_sigmoid,\n"
+		"gate_raw (A_log [HV], dt_bias [HV]); scale K^-0.5.\n"
+		""},
+	 { "lumen_layer_options_init_kimi_linear_kda", _wrap_lumen_layer_options_init_kimi_linear_kda, METH_O, "\n"
+		"Kimi-Linear-48B-A3B's KDA layer: kda, H = HV = 32 (linear_attn_config.num_heads), K = V =\n"
+		"128 (head_dim), conv_size 4 (short_conv_kernel_size) with SILU and no bias, qk_l2norm,\n"
+		"beta_sigmoid, gate_raw (A_log [HV], dt_bias [HV * K]); scale K^-0.5.\n"
+		""},
+	 { "lumen_layer_options_init_mamba2", _wrap_lumen_layer_options_init_mamba2, METH_O, "\n"
+		"Mamba-2 2.7B's layer on ssd: d_model 2560, expand 2, headdim 64, so HV = 80 heads of V = 64;\n"
+		"H = 1 (ngroups), K = 128 (d_state), conv_size 4 (d_conv) with SILU and biases, gate_raw\n"
+		"(A_log [HV], dt_bias [HV]; D [HV] optional), scale 1. Inputs: q = C, k = B, v = x, g = dt.\n"
+		""},
 	 { "lumen_model_builder_create", _wrap_lumen_model_builder_create, METH_NOARGS, "\n"
 		"Creates an empty model builder. The caller owns *out and frees it with\n"
 		"lumen_model_builder_destroy. Returns LUMEN_ERROR_INVALID_ARGUMENT if out is NULL.\n"
@@ -7893,34 +8121,40 @@ static PyMethodDef SwigMethods[] = {
 		"Appends a layer. The options are validated now: a known family; H, K, V >= 1 and HV a\n"
 		"multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite\n"
 		"and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize\n"
-		"are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's and kda's;\n"
-		"state_dtype FLOAT32 or BFLOAT16). On success the new layer's index is written to\n"
+		"are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and\n"
+		"ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known\n"
+		"conv_activation. On success the new layer's index is written to\n"
 		"*out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming\n"
 		"the problem.\n"
 		""},
 	 { "lumen_model_builder_set_param", _wrap_lumen_model_builder_set_param, METH_VARARGS, "\n"
-		"Sets parameter `param` of layer `layer` to a copy of values[0..count). count must be the\n"
-		"parameter's size (see lumen_param). Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer index\n"
-		"and LUMEN_ERROR_INVALID_ARGUMENT for a parameter the layer does not take, a wrong count or\n"
-		"values that are not finite (decays must lie in (0, 1)).\n"
+		"Sets parameter `param` of layer `layer` to a copy of values[0..count) (setting it again\n"
+		"replaces it). count must be the parameter's size (see lumen_param). Returns\n"
+		"LUMEN_ERROR_OUT_OF_RANGE for a bad layer index and LUMEN_ERROR_INVALID_ARGUMENT for a\n"
+		"parameter the layer does not take (e.g. conv weights without conv_size, D but not ssd with\n"
+		"gate_raw), a wrong count or values that are not finite (decays must lie in (0, 1)).\n"
 		""},
 	 { "lumen_model_builder_build", _wrap_lumen_model_builder_build, METH_O, "\n"
 		"Builds an immutable model from the builder's layers, checking that every layer has the\n"
-		"parameters it needs, that there are 1 to 1048576 (2^20) layers, and that a session's state\n"
-		"fits in 2^62 bytes both as stored and at 4 bytes per element (an fp32 snapshot), so that\n"
-		"every size the library derives from the model fits in int64_t. Returns\n"
-		"LUMEN_ERROR_INVALID_ARGUMENT with a message otherwise. The caller owns *out (free with\n"
+		"parameters it needs (A_log and dt_bias with gate_raw; the three conv weights with\n"
+		"conv_size > 0; LUMEN_ERROR_INVALID_ARGUMENT names the layer and what is missing), that\n"
+		"there are 1 to 1048576 (2^20) layers, and that a session's state fits in 2^62 bytes both as\n"
+		"stored and at 4 bytes per element (an fp32 snapshot), so that every size the library\n"
+		"derives from the model fits in int64_t. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message\n"
+		"otherwise. The caller owns *out (free with\n"
 		"lumen_model_destroy). The builder is left unchanged and may build again.\n"
 		""},
 	 { "lumen_model_destroy", _wrap_lumen_model_destroy, METH_O, " Releases the caller's reference; engines and sessions keep their own. NULL is a no-op."},
 	 { "lumen_model_num_layers", _wrap_lumen_model_num_layers, METH_O, " Writes the number of layers to *out. Thread-safe."},
 	 { "lumen_model_layer_options", _wrap_lumen_model_layer_options, METH_VARARGS, " Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out."},
 	 { "lumen_model_state_count", _wrap_lumen_model_state_count, METH_VARARGS, "\n"
-		"Writes the element count of one part of layer `layer`'s state in the canonical fp32 layout\n"
-		"(HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer keeps none).\n"
+		"Writes the element count of one part (lumen_state_part) of layer `layer`'s state in the\n"
+		"canonical fp32 layout: HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer\n"
+		"keeps none; H*K*(W-1), H*K*(W-1) and HV*V*(W-1) for the conv windows, 0 without a\n"
+		"convolution. An unknown part is LUMEN_ERROR_INVALID_ARGUMENT.\n"
 		""},
 	 { "lumen_model_state_bytes", _wrap_lumen_model_state_bytes, METH_VARARGS, "\n"
-		"Writes the bytes a session keeps for layer `layer` (both parts, in its stored dtype), or,\n"
+		"Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,\n"
 		"if layer is -1, the bytes a session allocates for the whole model: the layers' bytes plus\n"
 		"the padding that aligns each layer to 64 bytes. Independent of how many tokens the session\n"
 		"has consumed.\n"
@@ -7966,12 +8200,15 @@ static PyMethodDef SwigMethods[] = {
 		"on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT.\n"
 		""},
 	 { "lumen_session_read_state", _wrap_lumen_session_read_state, METH_VARARGS, "\n"
-		"Copies one part of layer `layer`'s state into out[0..count), fp32, canonical layout\n"
-		"([HV, K, V] or [HV, K]). count must equal lumen_model_state_count. Host memory.\n"
+		"Copies one part (lumen_state_part) of layer `layer`'s state into out[0..count), fp32,\n"
+		"canonical layout ([HV, K, V], [HV, K] or a conv window [C, W-1]). count must equal\n"
+		"lumen_model_state_count; a part the layer does not keep is LUMEN_ERROR_INVALID_ARGUMENT.\n"
+		"Host memory.\n"
 		""},
 	 { "lumen_session_write_state", _wrap_lumen_session_write_state, METH_VARARGS, "\n"
 		"Overwrites one part of layer `layer`'s state from values[0..count) (fp32, canonical layout;\n"
-		"e.g. a state exported from flash-linear-attention). Rounds to the stored dtype. The token\n"
+		"e.g. a state exported from flash-linear-attention, or a conv window from causal-conv1d or\n"
+		"vLLM). Rounds to the stored dtype. The token\n"
 		"count is unchanged. Rejects non-finite values. Host memory.\n"
 		""},
 	 { "lumen_layer_inputs_dtype_set", _wrap_lumen_layer_inputs_dtype_set, METH_VARARGS, NULL},
@@ -8113,6 +8350,7 @@ static swig_type_info _swigt__p_float = {"_p_float", "float *", 0, 0, (void*)0, 
 static swig_type_info _swigt__p_int = {"_p_int", "int32_t *|int_fast16_t *|int_fast32_t *|int_least32_t *|intptr_t *|int *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_long_long = {"_p_long_long", "int64_t *|int_fast64_t *|int_least64_t *|intmax_t *|long long *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_backend = {"_p_lumen_backend", "lumen_backend *|enum lumen_backend *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_lumen_conv_activation = {"_p_lumen_conv_activation", "lumen_conv_activation *|enum lumen_conv_activation *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_dtype = {"_p_lumen_dtype", "lumen_dtype *|enum lumen_dtype *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_engine = {"_p_lumen_engine", "lumen_engine *|struct lumen_engine *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_engine_options = {"_p_lumen_engine_options", "lumen_engine_options *|struct lumen_engine_options *", 0, 0, (void*)0, 0};
@@ -8146,6 +8384,7 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_int,
   &_swigt__p_long_long,
   &_swigt__p_lumen_backend,
+  &_swigt__p_lumen_conv_activation,
   &_swigt__p_lumen_dtype,
   &_swigt__p_lumen_engine,
   &_swigt__p_lumen_engine_options,
@@ -8179,6 +8418,7 @@ static swig_cast_info _swigc__p_float[] = {  {&_swigt__p_float, 0, 0, 0},{0, 0, 
 static swig_cast_info _swigc__p_int[] = {  {&_swigt__p_int, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_long_long[] = {  {&_swigt__p_long_long, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_backend[] = {  {&_swigt__p_lumen_backend, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_lumen_conv_activation[] = {  {&_swigt__p_lumen_conv_activation, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_dtype[] = {  {&_swigt__p_lumen_dtype, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_engine[] = {  {&_swigt__p_lumen_engine, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_engine_options[] = {  {&_swigt__p_lumen_engine_options, 0, 0, 0},{0, 0, 0, 0}};
@@ -8212,6 +8452,7 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_int,
   _swigc__p_long_long,
   _swigc__p_lumen_backend,
+  _swigc__p_lumen_conv_activation,
   _swigc__p_lumen_dtype,
   _swigc__p_lumen_engine,
   _swigc__p_lumen_engine_options,
@@ -8747,8 +8988,20 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "LUMEN_PARAM_A_LOG",SWIG_From_int((int)(LUMEN_PARAM_A_LOG)));
   SWIG_Python_SetConstant(d, "LUMEN_PARAM_DT_BIAS",SWIG_From_int((int)(LUMEN_PARAM_DT_BIAS)));
   SWIG_Python_SetConstant(d, "LUMEN_PARAM_DECAY",SWIG_From_int((int)(LUMEN_PARAM_DECAY)));
+  SWIG_Python_SetConstant(d, "LUMEN_PARAM_CONV_Q_WEIGHT",SWIG_From_int((int)(LUMEN_PARAM_CONV_Q_WEIGHT)));
+  SWIG_Python_SetConstant(d, "LUMEN_PARAM_CONV_K_WEIGHT",SWIG_From_int((int)(LUMEN_PARAM_CONV_K_WEIGHT)));
+  SWIG_Python_SetConstant(d, "LUMEN_PARAM_CONV_V_WEIGHT",SWIG_From_int((int)(LUMEN_PARAM_CONV_V_WEIGHT)));
+  SWIG_Python_SetConstant(d, "LUMEN_PARAM_CONV_Q_BIAS",SWIG_From_int((int)(LUMEN_PARAM_CONV_Q_BIAS)));
+  SWIG_Python_SetConstant(d, "LUMEN_PARAM_CONV_K_BIAS",SWIG_From_int((int)(LUMEN_PARAM_CONV_K_BIAS)));
+  SWIG_Python_SetConstant(d, "LUMEN_PARAM_CONV_V_BIAS",SWIG_From_int((int)(LUMEN_PARAM_CONV_V_BIAS)));
+  SWIG_Python_SetConstant(d, "LUMEN_PARAM_D",SWIG_From_int((int)(LUMEN_PARAM_D)));
   SWIG_Python_SetConstant(d, "LUMEN_STATE_MATRIX",SWIG_From_int((int)(LUMEN_STATE_MATRIX)));
   SWIG_Python_SetConstant(d, "LUMEN_STATE_NORMALIZER",SWIG_From_int((int)(LUMEN_STATE_NORMALIZER)));
+  SWIG_Python_SetConstant(d, "LUMEN_STATE_CONV_Q",SWIG_From_int((int)(LUMEN_STATE_CONV_Q)));
+  SWIG_Python_SetConstant(d, "LUMEN_STATE_CONV_K",SWIG_From_int((int)(LUMEN_STATE_CONV_K)));
+  SWIG_Python_SetConstant(d, "LUMEN_STATE_CONV_V",SWIG_From_int((int)(LUMEN_STATE_CONV_V)));
+  SWIG_Python_SetConstant(d, "LUMEN_CONV_ACTIVATION_SILU",SWIG_From_int((int)(LUMEN_CONV_ACTIVATION_SILU)));
+  SWIG_Python_SetConstant(d, "LUMEN_CONV_ACTIVATION_NONE",SWIG_From_int((int)(LUMEN_CONV_ACTIVATION_NONE)));
   
   /* Initialize threading */
   SWIG_PYTHON_INITIALIZE_THREADS;

@@ -69,10 +69,45 @@ public class Capi implements CapiConstants {
   }
 
   /**
-   *  Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32). 
+   *  Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32;<br>
+   *  so no convolution, and SILU should one be added). NULL is a no-op. 
    */
   public static void lumen_layer_options_init(LayerOptions options) {
     CapiJNI.lumen_layer_options_init(LayerOptions.getCPtr(options), options);
+  }
+
+  /**
+   * Presets: the layer of a published model, dims and options as in its public config, so that<br>
+   * one call describes it. Each fills *options as lumen_layer_options_init does, then sets the<br>
+   * fields below; every field may still be changed before add_layer. The layer's parameters<br>
+   * (A_log, dt_bias, conv weights and biases, D) come from the checkpoint through<br>
+   * lumen_model_builder_set_param. NULL is a no-op. Thread-safe.<br>
+   * <br>
+   * Qwen3-Next-80B-A3B's Gated DeltaNet layer: gated_delta_net, H = 16 (linear_num_key_heads),<br>
+   * HV = 32 (linear_num_value_heads), K = V = 128 (linear_key_head_dim, linear_value_head_dim),<br>
+   * conv_size 4 (linear_conv_kernel_dim) with SILU and no bias, qk_l2norm, beta_sigmoid,<br>
+   * gate_raw (A_log [HV], dt_bias [HV]); scale K^-0.5.
+   */
+  public static void lumen_layer_options_init_qwen3_next_gated_delta_net(LayerOptions options) {
+    CapiJNI.lumen_layer_options_init_qwen3_next_gated_delta_net(LayerOptions.getCPtr(options), options);
+  }
+
+  /**
+   * Kimi-Linear-48B-A3B's KDA layer: kda, H = HV = 32 (linear_attn_config.num_heads), K = V =<br>
+   * 128 (head_dim), conv_size 4 (short_conv_kernel_size) with SILU and no bias, qk_l2norm,<br>
+   * beta_sigmoid, gate_raw (A_log [HV], dt_bias [HV * K]); scale K^-0.5.
+   */
+  public static void lumen_layer_options_init_kimi_linear_kda(LayerOptions options) {
+    CapiJNI.lumen_layer_options_init_kimi_linear_kda(LayerOptions.getCPtr(options), options);
+  }
+
+  /**
+   * Mamba-2 2.7B's layer on ssd: d_model 2560, expand 2, headdim 64, so HV = 80 heads of V = 64;<br>
+   * H = 1 (ngroups), K = 128 (d_state), conv_size 4 (d_conv) with SILU and biases, gate_raw<br>
+   * (A_log [HV], dt_bias [HV]; D [HV] optional), scale 1. Inputs: q = C, k = B, v = x, g = dt.
+   */
+  public static void lumen_layer_options_init_mamba2(LayerOptions options) {
+    CapiJNI.lumen_layer_options_init_mamba2(LayerOptions.getCPtr(options), options);
   }
 
   /**
@@ -97,8 +132,9 @@ public class Capi implements CapiConstants {
    * Appends a layer. The options are validated now: a known family; H, K, V &gt;= 1 and HV a<br>
    * multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite<br>
    * and &gt;= 0; 0/1 flags; and no option the family does not take (feature_map and normalize<br>
-   * are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's and kda's;<br>
-   * state_dtype FLOAT32 or BFLOAT16). On success the new layer's index is written to<br>
+   * are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and<br>
+   * ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known<br>
+   * conv_activation. On success the new layer's index is written to<br>
    * *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming<br>
    * the problem.
    */
@@ -109,10 +145,11 @@ public class Capi implements CapiConstants {
   }
 
   /**
-   * Sets parameter `param` of layer `layer` to a copy of values[0..count). count must be the<br>
-   * parameter's size (see lumen_param). Returns LUMEN_ERROR_OUT_OF_RANGE for a bad layer index<br>
-   * and LUMEN_ERROR_INVALID_ARGUMENT for a parameter the layer does not take, a wrong count or<br>
-   * values that are not finite (decays must lie in (0, 1)).
+   * Sets parameter `param` of layer `layer` to a copy of values[0..count) (setting it again<br>
+   * replaces it). count must be the parameter's size (see lumen_param). Returns<br>
+   * LUMEN_ERROR_OUT_OF_RANGE for a bad layer index and LUMEN_ERROR_INVALID_ARGUMENT for a<br>
+   * parameter the layer does not take (e.g. conv weights without conv_size, D but not ssd with<br>
+   * gate_raw), a wrong count or values that are not finite (decays must lie in (0, 1)).
    */
   public static int lumen_model_builder_set_param(long builder, int layer, int param, float[] values) {
     int status = CapiJNI.lumen_model_builder_set_param(builder, layer, param, values);
@@ -122,10 +159,12 @@ public class Capi implements CapiConstants {
 
   /**
    * Builds an immutable model from the builder's layers, checking that every layer has the<br>
-   * parameters it needs, that there are 1 to 1048576 (2^20) layers, and that a session's state<br>
-   * fits in 2^62 bytes both as stored and at 4 bytes per element (an fp32 snapshot), so that<br>
-   * every size the library derives from the model fits in int64_t. Returns<br>
-   * LUMEN_ERROR_INVALID_ARGUMENT with a message otherwise. The caller owns *out (free with<br>
+   * parameters it needs (A_log and dt_bias with gate_raw; the three conv weights with<br>
+   * conv_size &gt; 0; LUMEN_ERROR_INVALID_ARGUMENT names the layer and what is missing), that<br>
+   * there are 1 to 1048576 (2^20) layers, and that a session's state fits in 2^62 bytes both as<br>
+   * stored and at 4 bytes per element (an fp32 snapshot), so that every size the library<br>
+   * derives from the model fits in int64_t. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message<br>
+   * otherwise. The caller owns *out (free with<br>
    * lumen_model_destroy). The builder is left unchanged and may build again.
    */
   public static int lumen_model_builder_build(long builder, long[] out) {
@@ -160,8 +199,10 @@ public class Capi implements CapiConstants {
   }
 
   /**
-   * Writes the element count of one part of layer `layer`'s state in the canonical fp32 layout<br>
-   * (HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer keeps none).
+   * Writes the element count of one part (lumen_state_part) of layer `layer`'s state in the<br>
+   * canonical fp32 layout: HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer<br>
+   * keeps none; H*K*(W-1), H*K*(W-1) and HV*V*(W-1) for the conv windows, 0 without a<br>
+   * convolution. An unknown part is LUMEN_ERROR_INVALID_ARGUMENT.
    */
   public static int lumen_model_state_count(long model, int layer, int part, long[] out) {
     int status = CapiJNI.lumen_model_state_count(model, layer, part, out);
@@ -170,7 +211,7 @@ public class Capi implements CapiConstants {
   }
 
   /**
-   * Writes the bytes a session keeps for layer `layer` (both parts, in its stored dtype), or,<br>
+   * Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,<br>
    * if layer is -1, the bytes a session allocates for the whole model: the layers' bytes plus<br>
    * the padding that aligns each layer to 64 bytes. Independent of how many tokens the session<br>
    * has consumed.
@@ -284,8 +325,10 @@ public class Capi implements CapiConstants {
   }
 
   /**
-   * Copies one part of layer `layer`'s state into out[0..count), fp32, canonical layout<br>
-   * ([HV, K, V] or [HV, K]). count must equal lumen_model_state_count. Host memory.
+   * Copies one part (lumen_state_part) of layer `layer`'s state into out[0..count), fp32,<br>
+   * canonical layout ([HV, K, V], [HV, K] or a conv window [C, W-1]). count must equal<br>
+   * lumen_model_state_count; a part the layer does not keep is LUMEN_ERROR_INVALID_ARGUMENT.<br>
+   * Host memory.
    */
   public static int lumen_session_read_state(long session, int layer, int part, float[] out) {
     int status = CapiJNI.lumen_session_read_state(session, layer, part, out);
@@ -295,7 +338,8 @@ public class Capi implements CapiConstants {
 
   /**
    * Overwrites one part of layer `layer`'s state from values[0..count) (fp32, canonical layout;<br>
-   * e.g. a state exported from flash-linear-attention). Rounds to the stored dtype. The token<br>
+   * e.g. a state exported from flash-linear-attention, or a conv window from causal-conv1d or<br>
+   * vLLM). Rounds to the stored dtype. The token<br>
    * count is unchanged. Rejects non-finite values. Host memory.
    */
   public static int lumen_session_write_state(long session, int layer, int part, float[] values) {

@@ -47,9 +47,16 @@ public class CapiJNI {
   public final static native int LayerOptions_gateRaw_get(long jarg1, LayerOptions jarg1_);
   public final static native void LayerOptions_stateDtype_set(long jarg1, LayerOptions jarg1_, int jarg2);
   public final static native int LayerOptions_stateDtype_get(long jarg1, LayerOptions jarg1_);
+  public final static native void LayerOptions_convSize_set(long jarg1, LayerOptions jarg1_, int jarg2);
+  public final static native int LayerOptions_convSize_get(long jarg1, LayerOptions jarg1_);
+  public final static native void LayerOptions_convActivation_set(long jarg1, LayerOptions jarg1_, int jarg2);
+  public final static native int LayerOptions_convActivation_get(long jarg1, LayerOptions jarg1_);
   public final static native long new_LayerOptions();
   public final static native void delete_LayerOptions(long jarg1);
   public final static native void lumen_layer_options_init(long jarg1, LayerOptions jarg1_);
+  public final static native void lumen_layer_options_init_qwen3_next_gated_delta_net(long jarg1, LayerOptions jarg1_);
+  public final static native void lumen_layer_options_init_kimi_linear_kda(long jarg1, LayerOptions jarg1_);
+  public final static native void lumen_layer_options_init_mamba2(long jarg1, LayerOptions jarg1_);
   public final static native int lumen_model_builder_create(long[] jarg1);
   public final static native void lumen_model_builder_destroy(long jarg1);
   public final static native int lumen_model_builder_add_layer(long jarg1, long jarg2, LayerOptions jarg2_, int[] jarg3);

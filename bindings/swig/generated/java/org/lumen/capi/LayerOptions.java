@@ -9,7 +9,15 @@
 package org.lumen.capi;
 
 /**
- *  Description of one layer. Fill with lumen_layer_options_init, then set what you need. 
+ * Description of one layer. Fill with lumen_layer_options_init (or a preset below), then set<br>
+ * what you need.<br>
+ * <br>
+ * Inside a layer, each token's inputs go through, in order: the short convolution and its<br>
+ * activation (conv_size &gt; 0) on the raw q, k and v; then phi (linear_attn), qk_l2norm, scale,<br>
+ * beta_sigmoid and the raw gate. With gate_raw on ssd (Mamba-2: q = C, k = B, v = x, H its<br>
+ * groups, HV its heads, K its d_state, V its headdim) g is the raw dt: dt = softplus(g +<br>
+ * dt_bias), the decay is exp(-exp(A_log) * dt), the write is k (x * dt)^T, and with the D<br>
+ * parameter o_t += D[h] * x_t. Mamba-2's z gate and output norm stay outside the layer.
  */
 public class LayerOptions {
   private transient long swigCPtr;
@@ -141,6 +149,22 @@ public class LayerOptions {
 
   public int getStateDtype() {
     return CapiJNI.LayerOptions_stateDtype_get(swigCPtr, this);
+  }
+
+  public void setConvSize(int value) {
+    CapiJNI.LayerOptions_convSize_set(swigCPtr, this, value);
+  }
+
+  public int getConvSize() {
+    return CapiJNI.LayerOptions_convSize_get(swigCPtr, this);
+  }
+
+  public void setConvActivation(int value) {
+    CapiJNI.LayerOptions_convActivation_set(swigCPtr, this, value);
+  }
+
+  public int getConvActivation() {
+    return CapiJNI.LayerOptions_convActivation_get(swigCPtr, this);
   }
 
   public LayerOptions() {

@@ -9,20 +9,53 @@
 package org.lumen.capi;
 
 /**
- *  Per-layer parameter arrays a family may need (see lumen_model_builder_set_param). 
+ * Per-layer parameter arrays (see lumen_model_builder_set_param). C below is a convolution's<br>
+ * channel count: H * K for the q and k parts, HV * V for the v part.
  */
 public final class LumenParam {
   /**
-   *  [HV]: gated_delta_net and kda with gate_raw; g = -exp(A_log[h]) * softplus(g + dt_bias). 
+   *  [HV], needed with gate_raw (gated_delta_net, kda, ssd): g = -exp(A_log[h]) * dt, where<br>
+   *  dt = softplus(g_raw + dt_bias). 
    */
   public final static int A_LOG = 0;
   /**
-   *  [HV] for gated_delta_net, [HV * K] for kda; needed with gate_raw. 
+   *  [HV] for gated_delta_net and ssd, [HV * K] for kda; needed with gate_raw. 
    */
   public final static int DT_BIAS = 1;
   /**
    *  [HV]: retention decays gamma_h in (0, 1); default 1 - 2^(-5-h). 
    */
   public final static int DECAY = 2;
+  /**
+   *  [H * K, W] with conv_size = W &gt; 0, needed: the depthwise causal convolution of q<br>
+   *  (PyTorch's Conv1d(C, C, W, groups=C) weight [C, 1, W] without its middle axis; w[c, W-1]<br>
+   *  weighs the current token). 
+   */
+  public final static int CONV_Q_WEIGHT = 3;
+  /**
+   *  [H * K, W] with conv_size &gt; 0, needed: the convolution of k. 
+   */
+  public final static int CONV_K_WEIGHT = 4;
+  /**
+   *  [HV * V, W] with conv_size &gt; 0, needed: the convolution of v (Mamba-2's x). 
+   */
+  public final static int CONV_V_WEIGHT = 5;
+  /**
+   *  [H * K] with conv_size &gt; 0, optional (default 0): the bias of q's convolution. 
+   */
+  public final static int CONV_Q_BIAS = 6;
+  /**
+   *  [H * K] with conv_size &gt; 0, optional (default 0): the bias of k's convolution. 
+   */
+  public final static int CONV_K_BIAS = 7;
+  /**
+   *  [HV * V] with conv_size &gt; 0, optional (default 0): the bias of v's convolution. 
+   */
+  public final static int CONV_V_BIAS = 8;
+  /**
+   *  [HV], ssd with gate_raw only, optional: Mamba-2's skip, o_t += D[h] * x_t, where x_t is<br>
+   *  the value input after the convolution (before the dt scaling). 
+   */
+  public final static int D = 9;
 }
 

@@ -14,5 +14,8 @@ package org.lumen.capi;
 public final class LumenStatePart {
   public final static int MATRIX = 0;
   public final static int NORMALIZER = 1;
+  public final static int CONV_Q = 2;
+  public final static int CONV_K = 3;
+  public final static int CONV_V = 4;
 }
 

@@ -1,0 +1,131 @@
+#include "backends/cpu/short_conv.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lumen::cpu {
+namespace {
+
+// Channels per task: enough work per task to pay for handing it out, and a multiple of every
+// SIMD width.
+constexpr int64_t kChannelBlock = 256;
+// Below this many multiply-adds a call runs on the calling thread (a step's convolution).
+constexpr int64_t kParallelWork = int64_t{1} << 16;
+
+// exp(x) for SiLU, in operations a compiler vectorises (std::exp is a library call per element
+// and was most of a prefill's convolution time): Cephes' expf, rounding x / ln 2 to n, a
+// two-part ln 2 for the remainder r, a degree-7 polynomial for exp(r), times 2^n; within 2 ulp
+// of exp. Arguments are clamped to [-80, 80]: SiLU's x / (1 + exp(-x)) changes by less than
+// 2e-33 there, and no lane ever divides down to a subnormal (which costs a slow microcode
+// assist per element on x86). Written without branches (the clamps become min/max with
+// -fno-trapping-math, see src/CMakeLists.txt; rounding adds and subtracts 1.5 * 2^23).
+#pragma omp declare simd
+inline float ExpForSilu(float x) {
+  x = x < -80.0f ? -80.0f : x;
+  x = x > 80.0f ? 80.0f : x;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: x + kRound - kRound rounds to nearest
+  const float fn = (x * 1.44269504088896341f + kRound) - kRound;  // round(x / ln 2)
+  const float r = (x - fn * 0.693359375f) - fn * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t n = static_cast<int32_t>(fn);
+  return p * BitsToFloat(static_cast<uint32_t>(n + 127) << 23);
+}
+
+// The window of one part inside a session's layer state, in the stored dtype.
+char* WindowOf(const LayerSpec& spec, void* layer_state, int32_t part) {
+  return static_cast<char*>(layer_state) + spec.conv_offset(part) * DTypeSize(spec.state_dtype);
+}
+
+// Channels [c0, c1) of one session's n tokens x [n, C]. The inputs form one sequence
+// e = window ++ x, where window [C, W-1] holds e[0 .. W-2], and token i's output reads
+// e[i .. i+W-1]. Afterwards `window` holds these channels' new window, e[n .. n+W-2].
+void ConvolveChannels(const LayerSpec& spec, const float* weights_by_tap, const float* bias,
+                      int64_t C, int64_t c0, int64_t c1, const float* x, int64_t n, float* y,
+                      float* window) {
+  const int64_t W = spec.conv_size;
+  for (int64_t i = 0; i < n; ++i) {
+    float* out = y + i * C;
+    for (int64_t c = c0; c < c1; ++c) out[c] = bias != nullptr ? bias[c] : 0.0f;
+    for (int64_t j = 0; j < W; ++j) {
+      const int64_t e = i + j;
+      const float* w = weights_by_tap + j * C;
+      if (e < W - 1) {  // still inside the window: only the first W-1 tokens of a call
+        for (int64_t c = c0; c < c1; ++c) out[c] += w[c] * window[c * (W - 1) + e];
+      } else {
+        const float* in = x + (e - (W - 1)) * C;
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) out[c] += w[c] * in[c];
+      }
+    }
+    if (spec.conv_activation == ConvActivation::kSilu) {
+      // -O2 vectorises only loops it needs no epilogue for; this one is asked to.
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) out[c] = out[c] / (1.0f + ExpForSilu(-out[c]));
+    }
+  }
+  // In place, ascending j: entry j takes e[n + j], which lies at or after j, so it is read
+  // before anything overwrites it.
+  for (int64_t c = c0; c < c1; ++c) {
+    float* past = window + c * (W - 1);
+    for (int64_t j = 0; j < W - 1; ++j) {
+      const int64_t e = n + j;
+      past[j] = e < W - 1 ? past[e] : x[(e - (W - 1)) * C + c];
+    }
+  }
+}
+
+}  // namespace
+
+void ConvolvePart(const LayerSpec& spec, const LayerRun& run, int32_t part, const float* x,
+                  float* y, std::vector<float>* next_windows, ConvScratch* scratch,
+                  ThreadPool& pool) {
+  const int64_t W = spec.conv_size;
+  const int64_t C = spec.conv_channels(part);
+  const std::vector<float>& weights = spec.conv_weight[part];  // [C, W]
+  scratch->weights_by_tap.resize(W * C);
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t j = 0; j < W; ++j) scratch->weights_by_tap[j * C + c] = weights[c * W + j];
+  }
+  const float* bias = spec.conv_bias[part].empty() ? nullptr : spec.conv_bias[part].data();
+  const int64_t window = C * (W - 1);
+  const int32_t sessions = run.num_sessions();
+  next_windows->resize(sessions * window);
+  // Each session's slot starts as its current window, in fp32, and is updated in place.
+  for (int32_t s = 0; s < sessions; ++s) {
+    LoadAsFloat(WindowOf(spec, run.states[s], part), spec.state_dtype,
+                next_windows->data() + s * window, window);
+  }
+
+  const int64_t blocks = (C + kChannelBlock - 1) / kChannelBlock;
+  auto task = [&](int64_t index, int32_t) {
+    const int32_t s = static_cast<int32_t>(index / blocks);
+    const int64_t c0 = index % blocks * kChannelBlock;
+    const int64_t t0 = run.cu_seqlens[s];
+    ConvolveChannels(spec, scratch->weights_by_tap.data(), bias, C, c0,
+                     std::min(C, c0 + kChannelBlock), x + t0 * C, run.cu_seqlens[s + 1] - t0,
+                     y + t0 * C, next_windows->data() + s * window);
+  };
+  const int64_t tasks = sessions * blocks;
+  if (run.num_tokens() * C * W < kParallelWork) {
+    for (int64_t index = 0; index < tasks; ++index) task(index, 0);
+  } else {
+    pool.ParallelFor(tasks, task);
+  }
+}
+
+void StoreConvWindows(const LayerSpec& spec, const LayerRun& run, int32_t part,
+                      const std::vector<float>& next_windows) {
+  const int64_t window = spec.conv_count(part);
+  for (int32_t s = 0; s < run.num_sessions(); ++s) {
+    StoreFromFloat(next_windows.data() + s * window, spec.state_dtype,
+                   WindowOf(spec, run.states[s], part), window);
+  }
+}
+
+}  // namespace lumen::cpu

@@ -1,0 +1,36 @@
+#pragma once
+// The short causal convolution a layer may run over its raw q, k and v before everything else
+// (SPEC section 6): depthwise, width W, optional bias, SiLU or no activation, with a window of
+// the last W-1 inputs per channel that each session carries across calls.
+
+#include <cstdint>
+#include <vector>
+
+#include "src/backend.h"
+#include "src/dtype_convert.h"
+#include "src/layer_spec.h"
+#include "src/thread_pool.h"
+
+namespace lumen::cpu {
+
+// Scratch of one convolution call, reused across calls.
+struct ConvScratch {
+  std::vector<float> weights_by_tap;  // [W, C]: the layer's [C, W] weights transposed
+};
+
+// Convolves part `part` of every session of `run`, on `pool` when the call is large enough to
+// gain from it. x: [T, C] the call's raw fp32 inputs of that part, sessions back to back as
+// run.cu_seqlens says; y: [T, C] the activated outputs. next_windows: [num_sessions, C, W-1]
+// each session's window after its tokens (fp32, the session's layout), to be stored with
+// StoreConvWindows once the call cannot fail. Reads the sessions' windows, writes no state;
+// allocates before any parallel work (callers catch bad_alloc).
+void ConvolvePart(const LayerSpec& spec, const LayerRun& run, int32_t part, const float* x,
+                  float* y, std::vector<float>* next_windows, ConvScratch* scratch,
+                  ThreadPool& pool);
+
+// Writes next_windows (as made by ConvolvePart) into every session's state, rounded to the
+// layer's stored dtype. Never fails.
+void StoreConvWindows(const LayerSpec& spec, const LayerRun& run, int32_t part,
+                      const std::vector<float>& next_windows);
+
+}  // namespace lumen::cpu
