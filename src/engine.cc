@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/checked_int.h"
 #include "src/session.h"
+#include "src/status.h"
 #include "src/struct_size.h"
 
 namespace lumen {
@@ -16,7 +17,17 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
                                                        const lumen_engine_options& options) {
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
   if (!backend.ok()) return backend.status();
-  if (absl::Status status = (*backend)->LoadModel(*model); !status.ok()) return status;
+  absl::Status status = (*backend)->LoadModel(*model);
+  if (options.backend == LUMEN_BACKEND_AUTO && (*backend)->kind() != LUMEN_BACKEND_CPU &&
+      LumenStatusOf(status) == LUMEN_ERROR_UNSUPPORTED) {
+    // AUTO means the best backend that runs this model: the CPU runs every layer.
+    lumen_engine_options cpu = options;
+    cpu.backend = LUMEN_BACKEND_CPU;
+    backend = CreateBackend(cpu);
+    if (!backend.ok()) return backend.status();
+    status = (*backend)->LoadModel(*model);
+  }
+  if (!status.ok()) return status;
   return std::shared_ptr<Engine>(new Engine(std::move(model), *std::move(backend)));
 }
 

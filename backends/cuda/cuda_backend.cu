@@ -148,6 +148,23 @@ absl::Status CudaBackend::TrackAsyncWork(cudaStream_t stream) {
 }
 
 absl::Status CudaBackend::LoadModel(const Model& model) {
+  // The short convolution and Mamba-2's dt scaling and D skip (SPEC section 6) have no
+  // kernels here yet; refuse them rather than run the layer without them.
+  for (int32_t i = 0; i < model.num_layers(); ++i) {
+    const LayerSpec& spec = model.layer(i);
+    if (spec.conv_size > 0) {
+      return LumenError(LUMEN_ERROR_UNSUPPORTED,
+                        absl::StrCat("layer ", i, " has a short convolution (conv_size ",
+                                     spec.conv_size, "), which the CUDA backend does not run "
+                                     "yet: use the CPU backend"));
+    }
+    if (spec.family == Family::kSsd && spec.gate_raw) {
+      return LumenError(LUMEN_ERROR_UNSUPPORTED,
+                        absl::StrCat("layer ", i, " is a Mamba-2 layer (ssd with gate_raw), "
+                                     "which the CUDA backend does not run yet: use the CPU "
+                                     "backend"));
+    }
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (absl::Status status = UseDevice(); !status.ok()) return status;
   // Every layer's parameters in one device allocation: A_log, dt_bias, log(gamma).

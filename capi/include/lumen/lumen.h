@@ -63,6 +63,9 @@
  *   - LUMEN_BACKEND_CUDA without a usable CUDA device (none, no driver, or a library built
  *     without CUDA) is LUMEN_ERROR_UNSUPPORTED with a message; LUMEN_BACKEND_AUTO then
  *     picks the CPU.
+ *   - The CUDA backend does not run short convolutions (conv_size > 0) or Mamba-2 layers
+ *     (ssd with gate_raw) yet: an engine of a model with such a layer is
+ *     LUMEN_ERROR_UNSUPPORTED with LUMEN_BACKEND_CUDA, and runs on the CPU with AUTO.
  *
  * Shapes (one session, one layer; row-major, innermost last; see docs/ and the SPEC):
  *   q, k   [T, H, K]      v, o   [T, HV, V]      beta [T, HV]
@@ -188,7 +191,7 @@ typedef enum lumen_memory {
 
 /** Backends an engine can run on. */
 typedef enum lumen_backend {
-  LUMEN_BACKEND_AUTO = 0, /* the best backend built and present; the CPU otherwise */
+  LUMEN_BACKEND_AUTO = 0, /* the best backend built, present and able to run the model */
   LUMEN_BACKEND_CPU = 1,
   LUMEN_BACKEND_CUDA = 2,
   LUMEN_BACKEND_ROCM = 3
