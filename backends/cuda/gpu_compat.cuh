@@ -21,6 +21,16 @@
 #include <cuda_runtime.h>
 #endif
 
+// Kernels that use NVIDIA-only instructions (cp.async, mma.sync, ...) keep a portable path
+// behind the same interface, chosen at compile time: a HIP build takes it, and so does a CUDA
+// build configured with -DLUMEN_CUDA_PORTABLE=ON (which defines LUMEN_GPU_PORTABLE), so the
+// portable paths are tested on NVIDIA hardware too.
+#if defined(__HIP_PLATFORM_AMD__) || defined(LUMEN_GPU_PORTABLE)
+#define LUMEN_GPU_NVIDIA_PATHS 0
+#else
+#define LUMEN_GPU_NVIDIA_PATHS 1
+#endif
+
 namespace lumen::cuda {
 
 #if defined(__HIP_PLATFORM_AMD__)
@@ -46,10 +56,10 @@ __device__ __forceinline__ float SumAcrossLaneGroups(float value) {
 
 // Copies kBytes (4, 8 or 16) from global to shared memory without holding registers while
 // the bytes are in flight (cp.async, sm_80); CopyAsyncWaitAll waits for the calling thread's
-// copies. A HIP build copies synchronously.
+// copies. The portable path copies synchronously.
 template <int kBytes>
 __device__ __forceinline__ void CopyAsync(void* shared_dst, const void* global_src) {
-#if defined(__HIP_PLATFORM_AMD__)
+#if !LUMEN_GPU_NVIDIA_PATHS
   __builtin_memcpy(shared_dst, global_src, kBytes);
 #else
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
@@ -63,13 +73,13 @@ __device__ __forceinline__ void CopyAsync(void* shared_dst, const void* global_s
 }
 
 __device__ __forceinline__ void CopyAsyncCommit() {
-#if !defined(__HIP_PLATFORM_AMD__)
+#if LUMEN_GPU_NVIDIA_PATHS
   asm volatile("cp.async.commit_group;\n" ::);
 #endif
 }
 
 __device__ __forceinline__ void CopyAsyncWaitAll() {
-#if !defined(__HIP_PLATFORM_AMD__)
+#if LUMEN_GPU_NVIDIA_PATHS
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 #endif
 }
