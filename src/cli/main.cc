@@ -4,8 +4,9 @@
 // layers) and show that the cost per token and the memory per session stay flat while a
 // softmax KV cache would grow.
 //
-// Uses only the public C API (lumen/lumen.h), as any application would. `lumen bench` runs
-// the GPU benchmark of a CUDA build.
+// Uses only the public C API (lumen/lumen.h), as any application would. `lumen bench --cpu`
+// runs the CPU benchmark (cpu_bench.cc), `lumen bench --gpu` the GPU benchmark of a CUDA
+// build; plain `lumen bench` runs the GPU one where CUDA is built in, else the CPU one.
 
 #include <lumen/lumen.h>
 #include <spawn.h>
@@ -25,6 +26,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "src/cli/cpu_bench.h"
 
 #ifdef LUMEN_WITH_CUDA
 #include "backends/cuda/bench/gpu_bench.h"
@@ -97,7 +100,8 @@ struct Args {
 void PrintUsage(std::FILE* to) {
   std::fprintf(to,
                "usage: lumen [--tokens N] [--prefill N] [--threads N] [--help]\n"
-               "       lumen bench [--quick]   (GPU decode and prefill timings; CUDA builds)\n"
+               "       lumen bench --cpu [--quick] [--help]  (CPU decode and prefill timings)\n"
+               "       lumen bench --gpu [--quick]   (GPU decode and prefill timings; CUDA builds)\n"
                "\n"
                "Streams N tokens (default %lld), one lumen_session_step per layer per token,\n"
                "through one session of %d Qwen3-Next Gated DeltaNet layers (H=%d, HV=%d,\n"
@@ -626,17 +630,35 @@ void DemonstrateSnapshot(const Args& args, lumen_session* session, const InputPo
   if (!identical) Fail("the resumed session diverged from the uninterrupted one");
 }
 
-// `lumen bench [--quick]`: the GPU benchmark (backends/cuda/bench).
+// `lumen bench [--cpu | --gpu] [--quick] ...`: the CPU benchmark (cpu_bench.cc) with --cpu
+// or in a build without CUDA; otherwise the GPU benchmark (backends/cuda/bench).
 int RunBench(int argc, char** argv) {
-  const bool quick = argc >= 2 && std::string(argv[1]) == "--quick";
-  if (argc > 2 || (argc == 2 && !quick)) {
-    std::fprintf(stderr, "usage: lumen bench [--quick]\n");
+  bool cpu = false, gpu = false, quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    cpu = cpu || flag == "--cpu";
+    gpu = gpu || flag == "--gpu";
+    quick = quick || flag == "--quick";
+  }
+#ifndef LUMEN_WITH_CUDA
+  if (gpu) {
+    std::fprintf(stderr, "lumen bench: this build of lumen has no CUDA backend\n");
+    return 1;
+  }
+  cpu = true;
+#endif
+  if (cpu && gpu) {
+    std::fprintf(stderr, "lumen bench: --cpu and --gpu exclude each other\n");
     return 2;
   }
+  if (cpu) return lumen::cli::RunCpuBench(argc, argv);
 #ifdef LUMEN_WITH_CUDA
+  if (argc > 3 || argc - 1 != int{quick} + int{gpu}) {
+    std::fprintf(stderr, "usage: lumen bench --gpu [--quick]\n");
+    return 2;
+  }
   return lumen::cuda::RunGpuBench(quick);
 #else
-  std::fprintf(stderr, "lumen bench: this build of lumen has no CUDA backend\n");
   return 1;
 #endif
 }

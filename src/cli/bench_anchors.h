@@ -1,0 +1,58 @@
+#pragma once
+// The anchors `lumen bench --cpu` measures beside lumen's own timings: what the machine can
+// do with the same bytes and the same threads, independent of lumen.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace lumen::cli {
+
+// Runs a function on `threads` threads at once (the caller is thread 0), the way a
+// fork-join pool would, for anchors that must use the same number of cores as lumen's
+// engine. Workers spin while the team exists, so make one around a measurement only.
+class SpinTeam {
+ public:
+  explicit SpinTeam(int32_t threads);
+  ~SpinTeam();
+  SpinTeam(const SpinTeam&) = delete;
+  SpinTeam& operator=(const SpinTeam&) = delete;
+
+  int32_t threads() const { return threads_; }
+  // Runs fn(index, threads()) on every thread and returns when all have finished.
+  void Run(const std::function<void(int32_t index, int32_t count)>& fn);
+
+ private:
+  struct Shared;
+  int32_t threads_;
+  Shared* shared_;
+};
+
+// Seconds per pass over `bytes` of fp32 state, best of `repeats` (each repeat runs passes
+// until about `min_seconds` have gone), with the spread (worst / best - 1) of the repeats.
+struct Timing {
+  double best_seconds = 0;
+  double spread = 0;
+};
+
+// memcpy of `bytes` from one buffer to another, split across the team's threads on cache
+// line boundaries.
+Timing TimeMemcpy(SpinTeam& team, int64_t bytes, int32_t repeats, double min_seconds);
+
+// In place, s = a * s + b over `bytes` of floats: the least work that reads and writes every
+// element of a state once, vectorised for the widest SIMD level the CPU has.
+Timing TimeReadModifyWrite(SpinTeam& team, int64_t bytes, int32_t repeats,
+                           double min_seconds);
+
+// The fp32 matrix-product peak: a register-blocked sgemm micro-kernel (12 x 32 with
+// AVX-512, 6 x 16 with AVX2 + FMA, plain C++ elsewhere) over packed panels that stay in
+// cache, one independent product per thread. Returns GFLOP/s over all threads, best of
+// `repeats`, and names the kernel in *kernel.
+double MeasureSgemmPeak(SpinTeam& team, int32_t repeats, double min_seconds,
+                        std::string* kernel);
+
+// The widest SIMD level of the CPU that lumen's kernels have a build for ("x86-64-v4
+// (AVX-512)", "x86-64-v3 (AVX2 + FMA)", "baseline"): the one its load-time dispatch runs.
+std::string KernelSimdLevel();
+
+}  // namespace lumen::cli
