@@ -47,6 +47,12 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::RunTasks(int32_t slot) {
+  if (blocks_) {
+    const int64_t threads = num_threads();
+    const int64_t end = num_tasks_ * (slot + 1) / threads;
+    for (int64_t task = num_tasks_ * slot / threads; task < end; ++task) (*job_)(task, slot);
+    return;
+  }
   for (int64_t task = next_task_.fetch_add(1); task < num_tasks_;
        task = next_task_.fetch_add(1)) {
     (*job_)(task, slot);
@@ -76,6 +82,16 @@ void ThreadPool::WorkerLoop(int32_t slot) {
 
 void ThreadPool::ParallelFor(int64_t num_tasks,
                              const std::function<void(int64_t, int32_t)>& fn) {
+  Run(num_tasks, false, fn);
+}
+
+void ThreadPool::ParallelForBlocks(int64_t num_tasks,
+                                   const std::function<void(int64_t, int32_t)>& fn) {
+  Run(num_tasks, true, fn);
+}
+
+void ThreadPool::Run(int64_t num_tasks, bool blocks,
+                     const std::function<void(int64_t, int32_t)>& fn) {
   if (num_tasks <= 0) return;
   if (num_tasks == 1 || workers_.empty()) {
     for (int64_t task = 0; task < num_tasks; ++task) fn(task, 0);
@@ -83,6 +99,7 @@ void ThreadPool::ParallelFor(int64_t num_tasks,
   }
   job_ = &fn;
   num_tasks_ = num_tasks;
+  blocks_ = blocks;
   next_task_.store(0);
   busy_workers_.store(static_cast<int32_t>(workers_.size()));
   {

@@ -27,9 +27,16 @@ class ThreadPool {
   // can index per-thread scratch with it. Not reentrant: callers serialise their calls.
   void ParallelFor(int64_t num_tasks, const std::function<void(int64_t, int32_t)>& fn);
 
+  // As ParallelFor, but slot s runs the contiguous block of tasks [s n / T, (s + 1) n / T)
+  // for T = num_threads(). Calls that repeat the same tasks (a decode step after another)
+  // then give each thread the same data every time, so it stays in that core's cache, and
+  // threads meet only at the blocks' edges.
+  void ParallelForBlocks(int64_t num_tasks, const std::function<void(int64_t, int32_t)>& fn);
+
  private:
   void WorkerLoop(int32_t slot);
   void RunTasks(int32_t slot);
+  void Run(int64_t num_tasks, bool blocks, const std::function<void(int64_t, int32_t)>& fn);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -42,6 +49,7 @@ class ThreadPool {
 
   const std::function<void(int64_t, int32_t)>* job_ = nullptr;
   int64_t num_tasks_ = 0;
+  bool blocks_ = false;  // ParallelForBlocks: a fixed block per slot
   std::atomic<int64_t> next_task_{0};
 };
 

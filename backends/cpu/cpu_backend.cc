@@ -1,7 +1,10 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 
 #include "absl/strings/str_cat.h"
@@ -71,6 +74,17 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
     const int64_t per_head = spec.gate_kind() == GateKind::kVector ? K : 1;
     seq.g = in.g + t0 * in.g_token_stride + value_head * per_head;
     seq.g_stride = in.g_token_stride;
+    if (in.g_raw_per_channel) {  // this head's share of the gate math
+      const float minus_a = -std::exp(spec.a_log[value_head]);
+      const float* bias = spec.dt_bias.data() + value_head * K;
+      for (int64_t t = 0; t < seq.num_tokens; ++t) {
+        const float* raw = seq.g + t * seq.g_stride;
+        float* decay = scratch.gate.data() + t * K;
+        for (int64_t i = 0; i < K; ++i) decay[i] = RawGateToLogDecay(minus_a, raw[i], bias[i]);
+      }
+      seq.g = scratch.gate.data();
+      seq.g_stride = K;
+    }
   }
   if (in.beta != nullptr) {
     seq.beta = in.beta + t0 * HV + value_head;
@@ -138,7 +152,12 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
     absl::Status status = PrepareInputs(spec, run, pool_, &prepared_);
     if (!status.ok()) return status;
     if (!direct_output) output_scratch_.resize(out_count);
+    int64_t longest = 0;  // tokens of the longest sequence
+    for (int32_t i = 0; i < run.num_sessions(); ++i) {
+      longest = std::max<int64_t>(longest, run.cu_seqlens[i + 1] - run.cu_seqlens[i]);
+    }
     for (SlotScratch& scratch : scratch_) {
+      if (prepared_.g_raw_per_channel) scratch.gate.resize(longest * spec.key_dim);
       if (spec.state_dtype != DType::kFloat32) {
         scratch.head_state.resize(spec.key_dim * spec.value_dim + spec.key_dim);
       }
@@ -149,10 +168,17 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   }
   float* o = direct_output ? static_cast<float*>(run.output->o) : output_scratch_.data();
 
-  pool_.ParallelFor(run.num_sessions() * HV, [&](int64_t task, int32_t slot) {
+  const std::function<void(int64_t, int32_t)> head = [&](int64_t task, int32_t slot) {
     RunHead(spec, run, prepared_, o, static_cast<int32_t>(task / HV),
             static_cast<int32_t>(task % HV), scratch_[slot]);
-  });
+  };
+  // A step's heads go to the same thread at every step, so each thread's share of the state
+  // stays in its core's cache; a prefill's heavier, uneven heads are shared out as they come.
+  if (run.chunkwise) {
+    pool_.ParallelFor(run.num_sessions() * HV, head);
+  } else {
+    pool_.ParallelForBlocks(run.num_sessions() * HV, head);
+  }
 
   CommitConvWindows(spec, run, prepared_);
 

@@ -109,8 +109,6 @@ absl::Status PrepareQueryOrKey(const LayerSpec& spec, const LayerRun& run, const
   return absl::OkStatus();
 }
 
-float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
-
 }  // namespace
 
 absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPool& pool,
@@ -134,6 +132,7 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
     for (int64_t h = 0; h < heads; ++h) out->g_storage[h] = std::log(spec.decay[h]);
     out->g = out->g_storage.data();
     out->g_token_stride = 0;
+    out->g_raw_per_channel = false;
   } else if (spec.needs_g_input()) {
     const int64_t per_token = spec.g_per_token();
     const int64_t per_head = per_token / heads;  // 1 (scalar gate) or K (vector gate)
@@ -141,7 +140,9 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
     out->g = AsFloats(inputs.g, tokens * per_token, dtype, &out->g_storage);
     status = CheckValues(call, "g", out->g, heads, per_head, GateDomain(spec.gate_raw));
     if (!status.ok()) return status;
-    if (spec.gate_raw) {
+    // kda's per-channel raw gates are left to the heads (RunHead), in parallel.
+    out->g_raw_per_channel = spec.gate_raw && per_head > 1;
+    if (spec.gate_raw && !out->g_raw_per_channel) {
       if (out->g != out->g_storage.data()) {
         out->g_storage.assign(out->g, out->g + tokens * per_token);
       }
@@ -164,6 +165,7 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
   } else {
     out->g = nullptr;
     out->g_token_stride = 0;
+    out->g_raw_per_channel = false;
   }
 
   const int64_t value_dim = spec.value_dim;

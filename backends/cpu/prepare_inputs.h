@@ -4,6 +4,7 @@
 // scale, sigmoid(beta), raw gates, Mamba-2's dt scaling), after checking every raw value
 // against its domain (src/input_domain.h).
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct PreparedInputs {
   const float* v = nullptr;     // [T, HV, V] conv(v); Mamba-2: conv(x) * dt
   const float* g = nullptr;     // [T, HV] or [T, HV, K] log-decays; retention: [HV]
   int64_t g_token_stride = 0;   // 0 for retention's fixed per-head decay
+  // g holds kda's raw per-channel gates, which each head turns into log-decays itself
+  // (RawGateToLogDecay), so that the exp and softplus of T x HV x K values run in parallel.
+  bool g_raw_per_channel = false;
   const float* beta = nullptr;  // [T, HV] in [0, 1], or nullptr
   const float* skip_x = nullptr;  // [T, HV, V] Mamba-2's x for the D skip, or nullptr
 
@@ -33,6 +37,13 @@ struct PreparedInputs {
   std::vector<float> x_storage, dt_storage, conv_input;
   ConvScratch conv_scratch;
 };
+
+inline float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// A raw gate's log-decay, SPEC's -exp(A_log) * softplus(g + dt_bias); minus_a = -exp(A_log).
+inline float RawGateToLogDecay(float minus_a, float raw, float dt_bias) {
+  return minus_a * Softplus(raw + dt_bias);
+}
 
 // Fails with INVALID_ARGUMENT, naming the tensor, token and head, when run.check_values is
 // on and a raw input holds a value outside its domain: non-finite anywhere, a log-gate g > 0

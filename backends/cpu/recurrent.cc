@@ -1,4 +1,10 @@
 // The recurrent form: one token at a time, straight from SPEC §2.
+//
+// A step is bound by the state's bytes, so each token makes as few passes over S as its rule
+// allows: the additive rules one read-modify-write pass, the delta rule a read pass and a
+// read-modify-write pass over each column tile while the tile is still in cache. The output is
+// summed on the stack and stored once per tile: the caller's o may share a cache line with
+// another head's, which another thread writes.
 
 #include <algorithm>
 #include <cmath>
@@ -9,74 +15,99 @@
 namespace lumen::cpu {
 namespace {
 
-// Columns of the state the delta rule handles together. Columns of S evolve independently
-// (u_j reads only column j), so a tile's u fits on the stack and the tile stays in cache
-// between the two passes.
-constexpr int32_t kColumnTile = 256;
+// Columns of the state handled together. Columns of S evolve independently (u_j reads only
+// column j), so a tile's sums fit on the stack (in registers for V = 128). Whole rows of 128
+// columns are read in order, which the hardware prefetcher streams from memory (tiles of 32
+// columns, which would keep the delta rule's tile in L1, measured slower out of cache), and
+// a K x 128 tile (64 KiB at K = 128) is still in L2 for the delta rule's second pass.
+constexpr int32_t kColumnTile = 128;
 
-// Decay of row i before the token's write; `scalar_decay` is exp(g) for a scalar gate.
-inline float RowDecay(GateKind gate, const float* g, float scalar_decay, int32_t i) {
-  return gate == GateKind::kVector ? std::exp(g[i]) : scalar_decay;
-}
+// Row decays of a token are computed once into the stack when K is at most this; larger
+// heads recompute exp(g_i) where they need it.
+constexpr int32_t kMaxStackKeyDim = 512;
 
-// S[i, :] = a_i S[i, :] + k_i v; o = S^T q, in one pass over S.
-void AdditiveToken(GateKind gate, int32_t key_dim, int32_t value_dim, const float* q,
-                   const float* k, const float* v, const float* g, float* state, float* o) {
-  const float scalar_decay = gate == GateKind::kScalar ? std::exp(g[0]) : 1.0f;
-  std::fill(o, o + value_dim, 0.0f);
-  for (int32_t i = 0; i < key_dim; ++i) {
-    const float a = RowDecay(gate, g, scalar_decay, i);
-    const float k_i = k[i];
-    const float q_i = q[i];
-    float* row = state + static_cast<int64_t>(i) * value_dim;  // [V]
-#pragma omp simd
-    for (int32_t j = 0; j < value_dim; ++j) {
-      const float s = a * row[j] + k_i * v[j];
-      row[j] = s;
-      o[j] += q_i * s;
+// The per-row decays a_i = exp(g_i) of one token, or a single scalar one.
+class RowDecays {
+ public:
+  RowDecays(GateKind gate, int32_t key_dim, const float* g) : gate_(gate), g_(g) {
+    scalar_ = gate == GateKind::kScalar ? std::exp(g[0]) : 1.0f;
+    stored_ = gate == GateKind::kVector && key_dim <= kMaxStackKeyDim;
+    if (stored_) {
+      for (int32_t i = 0; i < key_dim; ++i) values_[i] = std::exp(g[i]);
     }
   }
-}
+  float operator()(int32_t i) const {
+    if (gate_ != GateKind::kVector) return scalar_;
+    return stored_ ? values_[i] : std::exp(g_[i]);
+  }
 
-// S' = Decay S; u = beta (v - S'^T k); S = S' + k u^T; o = S^T q. Pass 1 decays and reads
-// S'^T k, pass 2 writes and reads the output, column tile by column tile.
-void DeltaToken(GateKind gate, int32_t key_dim, int32_t value_dim, const float* q,
-                const float* k, const float* v, const float* g, float beta, float* state,
-                float* o) {
-  const float scalar_decay = gate == GateKind::kScalar ? std::exp(g[0]) : 1.0f;
-  float u[kColumnTile];
+ private:
+  GateKind gate_;
+  const float* g_;
+  float scalar_;
+  bool stored_;
+  float values_[kMaxStackKeyDim];
+};
+
+// S[i, :] = a_i S[i, :] + k_i v; o = S^T q: one pass over S, tile by tile.
+void AdditiveToken(const RowDecays& decay, int32_t key_dim, int32_t value_dim,
+                   const float* q, const float* k, const float* v, float* state, float* o) {
   for (int32_t j0 = 0; j0 < value_dim; j0 += kColumnTile) {
     const int32_t width = std::min(kColumnTile, value_dim - j0);
-    std::fill(u, u + width, 0.0f);
-    for (int32_t i = 0; i < key_dim; ++i) {
-      const float a = RowDecay(gate, g, scalar_decay, i);
-      const float k_i = k[i];
-      float* row = state + static_cast<int64_t>(i) * value_dim + j0;
-#pragma omp simd
-      for (int32_t j = 0; j < width; ++j) {
-        const float s = a * row[j];
-        row[j] = s;
-        u[j] += k_i * s;
-      }
-    }
-    float* o_tile = o + j0;
     const float* v_tile = v + j0;
-#pragma omp simd
-    for (int32_t j = 0; j < width; ++j) {
-      u[j] = beta * (v_tile[j] - u[j]);
-      o_tile[j] = 0.0f;
-    }
+    float out[kColumnTile] = {};
     for (int32_t i = 0; i < key_dim; ++i) {
+      const float a = decay(i);
       const float k_i = k[i];
       const float q_i = q[i];
       float* row = state + static_cast<int64_t>(i) * value_dim + j0;
 #pragma omp simd
       for (int32_t j = 0; j < width; ++j) {
-        const float s = row[j] + k_i * u[j];
+        const float s = a * row[j] + k_i * v_tile[j];
         row[j] = s;
-        o_tile[j] += q_i * s;
+        out[j] += q_i * s;
       }
     }
+    std::copy(out, out + width, o + j0);
+  }
+}
+
+// S' = Decay S; u = beta (v - S'^T k); S = S' + k u^T; o = S^T q = S'^T q + (q . k) u.
+// Per column tile: pass 1 reads S for S'^T k and S'^T q (the decay folded into k and q),
+// pass 2 decays and writes the tile, which pass 1 left in cache.
+void DeltaToken(const RowDecays& decay, int32_t key_dim, int32_t value_dim, const float* q,
+                const float* k, const float* v, float beta, float* state, float* o) {
+  float qk = 0.0f;
+#pragma omp simd reduction(+ : qk)
+  for (int32_t i = 0; i < key_dim; ++i) qk += q[i] * k[i];
+  for (int32_t j0 = 0; j0 < value_dim; j0 += kColumnTile) {
+    const int32_t width = std::min(kColumnTile, value_dim - j0);
+    float u[kColumnTile] = {};
+    float p[kColumnTile] = {};
+    for (int32_t i = 0; i < key_dim; ++i) {
+      const float a = decay(i);
+      const float ak = a * k[i];
+      const float aq = a * q[i];
+      const float* row = state + static_cast<int64_t>(i) * value_dim + j0;
+#pragma omp simd
+      for (int32_t j = 0; j < width; ++j) {
+        u[j] += ak * row[j];
+        p[j] += aq * row[j];
+      }
+    }
+    const float* v_tile = v + j0;
+#pragma omp simd
+    for (int32_t j = 0; j < width; ++j) u[j] = beta * (v_tile[j] - u[j]);
+    for (int32_t i = 0; i < key_dim; ++i) {
+      const float a = decay(i);
+      const float k_i = k[i];
+      float* row = state + static_cast<int64_t>(i) * value_dim + j0;
+#pragma omp simd
+      for (int32_t j = 0; j < width; ++j) row[j] = a * row[j] + k_i * u[j];
+    }
+    float* o_tile = o + j0;
+#pragma omp simd
+    for (int32_t j = 0; j < width; ++j) o_tile[j] = p[j] + qk * u[j];
   }
 }
 
@@ -107,11 +138,11 @@ void RunRecurrent(const HeadRule& rule, const HeadSequence& seq, float* state,
     const float* v = seq.v + t * seq.v_stride;  // [V]
     const float* g = rule.gate == GateKind::kNone ? nullptr : seq.g + t * seq.g_stride;
     float* o = seq.o + t * seq.o_stride;  // [V]
+    const RowDecays decay(rule.gate, key_dim, g);
     if (rule.delta) {
-      DeltaToken(rule.gate, key_dim, value_dim, q, k, v, g, seq.beta[t * seq.beta_stride],
-                 state, o);
+      DeltaToken(decay, key_dim, value_dim, q, k, v, seq.beta[t * seq.beta_stride], state, o);
     } else {
-      AdditiveToken(rule.gate, key_dim, value_dim, q, k, v, g, state, o);
+      AdditiveToken(decay, key_dim, value_dim, q, k, v, state, o);
     }
     if (rule.normalize) {
       NormalizeToken(key_dim, value_dim, q, k, rule.normalize_eps, normalizer, o);
