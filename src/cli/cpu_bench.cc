@@ -405,6 +405,48 @@ Anchors MeasureAnchors(const Options& options) {
   return anchors;
 }
 
+// What a layer call costs beyond its work: a step of a tiny linear_attn layer (2 heads of
+// 4 x 4, so one head per thread at 2 threads) at each thread count. The difference between
+// thread counts is the pool's wake-up and join.
+void MeasureCallOverhead(const Options& options) {
+  lumen_model_builder* raw = nullptr;
+  Check(lumen_model_builder_create(&raw), "lumen_model_builder_create");
+  Owned<lumen_model_builder> builder(raw);
+  lumen_layer_options layer;
+  lumen_layer_options_init(&layer);
+  layer.family = LUMEN_FAMILY_LINEAR_ATTN;
+  layer.num_heads = 2;
+  layer.key_dim = 4;
+  layer.value_dim = 4;
+  Check(lumen_model_builder_add_layer(builder.get(), &layer, nullptr),
+        "lumen_model_builder_add_layer");
+  lumen_model* model_raw = nullptr;
+  Check(lumen_model_builder_build(builder.get(), &model_raw), "lumen_model_builder_build");
+  Owned<lumen_model> model(model_raw);
+  float q[8] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f}, o[8];
+  lumen_layer_inputs in;
+  lumen_layer_inputs_init(&in);
+  in.q = in.k = in.v = q;
+  in.q_count = in.k_count = in.v_count = 8;
+  lumen_layer_output out;
+  lumen_layer_output_init(&out);
+  out.o = o;
+  out.o_count = 8;
+  std::printf("call overhead (a step of 2 heads of 4 x 4):");
+  for (int64_t threads : options.threads) {
+    Owned<lumen_engine> engine = CreateEngine(model.get(), static_cast<int32_t>(threads));
+    lumen_session* session_raw = nullptr;
+    Check(lumen_session_create(engine.get(), &session_raw), "lumen_session_create");
+    Owned<lumen_session> session(session_raw);
+    const Timing t = TimeCalls(
+        [&] { Check(lumen_session_step(session.get(), 0, &in, &out), "lumen_session_step"); },
+        options.repeats, options.min_seconds);
+    std::printf("  %lld thread(s) %s us (%s)", static_cast<long long>(threads),
+                Us(t.best_seconds).c_str(), Percent(t.spread).c_str());
+  }
+  std::printf("\n");
+}
+
 std::vector<lumen_session*> CreateSessions(lumen_engine* engine, int64_t n,
                                            std::vector<Owned<lumen_session>>* owned) {
   std::vector<lumen_session*> sessions;
@@ -554,6 +596,7 @@ int RunCpuBench(int argc, char** argv) {
   }
   const InputBuffers buffers(max_tokens,
                              options.bf16 ? LUMEN_DTYPE_BFLOAT16 : LUMEN_DTYPE_FLOAT32);
+  MeasureCallOverhead(options);
   if (options.decode) RunDecode(options, anchors, buffers);
   if (options.prefill) RunPrefill(options, anchors, buffers);
   return 0;
