@@ -18,9 +18,9 @@ namespace lumen::cuda {
 namespace {
 
 absl::Status CudaError(cudaError_t error, const char* what) {
-  return LumenError(LUMEN_ERROR_BACKEND, absl::StrCat("CUDA error while ", what, ": ",
-                                                      cudaGetErrorName(error), " (",
-                                                      cudaGetErrorString(error), ")"));
+  return LumenError(LUMEN_ERROR_BACKEND,
+                    absl::StrCat(LUMEN_GPU_RUNTIME_NAME " error while ", what, ": ",
+                                 cudaGetErrorName(error), " (", cudaGetErrorString(error), ")"));
 }
 
 #define LUMEN_CUDA_RETURN_IF_ERROR(call, what)                        \
@@ -57,6 +57,8 @@ class ScratchLayout {
 
 }  // namespace
 
+// The CUDA factory; a HIP build has its own (backends/rocm/create_rocm_backend.cu).
+#if !defined(__HIP__)
 bool CudaDevicePresent(int32_t device) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -94,6 +96,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int32_t device) {
   if (absl::Status status = backend->Initialize(); !status.ok()) return status;
   return std::unique_ptr<Backend>(std::move(backend));
 }
+#endif
 
 CudaBackend::CudaBackend(int32_t device) : device_(device), pool_(device) {}
 
@@ -155,14 +158,14 @@ absl::Status CudaBackend::LoadModel(const Model& model) {
     if (spec.conv_size > 0) {
       return LumenError(LUMEN_ERROR_UNSUPPORTED,
                         absl::StrCat("layer ", i, " has a short convolution (conv_size ",
-                                     spec.conv_size, "), which the CUDA backend does not run "
-                                     "yet: use the CPU backend"));
+                                     spec.conv_size, "), which the " LUMEN_GPU_BACKEND_NAME
+                                     " backend does not run yet: use the CPU backend"));
     }
     if (spec.family == Family::kSsd && spec.gate_raw) {
       return LumenError(LUMEN_ERROR_UNSUPPORTED,
                         absl::StrCat("layer ", i, " is a Mamba-2 layer (ssd with gate_raw), "
-                                     "which the CUDA backend does not run yet: use the CPU "
-                                     "backend"));
+                                     "which the " LUMEN_GPU_BACKEND_NAME
+                                     " backend does not run yet: use the CPU backend"));
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);

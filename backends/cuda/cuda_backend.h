@@ -22,7 +22,7 @@ class CudaBackend : public Backend {
   // Selects the device and creates the backend's events; called once after construction.
   absl::Status Initialize();
 
-  lumen_backend kind() const override { return LUMEN_BACKEND_CUDA; }
+  lumen_backend kind() const override { return LUMEN_GPU_BACKEND; }  // CUDA, or ROCm as HIP
   int32_t num_threads() const override { return 1; }
   bool Accepts(lumen_memory memory) const override {
     return memory == LUMEN_MEMORY_HOST || memory == LUMEN_MEMORY_DEVICE;

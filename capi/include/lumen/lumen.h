@@ -6,7 +6,7 @@
  * Objects
  *   lumen_model_builder  collects the description of a model, layer by layer.
  *   lumen_model          an immutable, validated list of layers (reference counted).
- *   lumen_engine         a model bound to a backend (CPU or CUDA; ROCm later) and its
+ *   lumen_engine         a model bound to a backend (CPU, CUDA or ROCm) and its
  *                        worker threads; it runs every step and prefill.
  *   lumen_session        the fixed-size state of every layer of the model for one
  *                        conversation, plus how many tokens each layer has consumed.
@@ -40,11 +40,14 @@
  *     it (fork, read_state, snapshot) while another call changes it. Builders are not
  *     thread-safe.
  *
- * GPU engines (LUMEN_BACKEND_CUDA)
+ * GPU engines (LUMEN_BACKEND_CUDA, LUMEN_BACKEND_ROCM)
+ *   - Both run the same kernels (the ROCm backend is the CUDA backend's sources compiled with
+ *     HIP for AMD GPUs), with the same rules below; for ROCm read HIP for CUDA throughout:
+ *     device memory is HIP device memory, a stream a hipStream_t, a graph a HIP graph.
  *   - A session's state lives in device memory, in slots of a pool the engine grows on demand.
  *   - Layer calls whose input and output buffers are all LUMEN_MEMORY_DEVICE are asynchronous:
- *     the work is enqueued on lumen_layer_inputs.stream (a cudaStream_t; NULL is the legacy
- *     default stream) and the call returns without waiting. The output and the new state are
+ *     the work is enqueued on lumen_layer_inputs.stream (a cudaStream_t, or a hipStream_t for
+ *     ROCm; NULL is the default stream, CUDA's legacy one) and the call returns without waiting. The output and the new state are
  *     ready when the work enqueued on that stream before the call returned has finished; the
  *     caller's buffers must stay valid and unchanged until then. Such a call allocates,
  *     synchronizes and copies nothing through pageable memory when it is a step or
@@ -61,11 +64,15 @@
  *     (any of the calls above, or cudaStreamSynchronize); CUDA errors of that kind are sticky,
  *     and the engine then answers LUMEN_ERROR_BACKEND with CUDA's message.
  *   - LUMEN_BACKEND_CUDA without a usable CUDA device (none, no driver, or a library built
- *     without CUDA) is LUMEN_ERROR_UNSUPPORTED with a message; LUMEN_BACKEND_AUTO then
- *     picks the CPU.
- *   - The CUDA backend does not run short convolutions (conv_size > 0) or Mamba-2 layers
+ *     without CUDA) is LUMEN_ERROR_UNSUPPORTED with a message; so is LUMEN_BACKEND_ROCM
+ *     without a usable AMD GPU (none, no HIP 5 runtime libamdhip64.so.5, a GPU of a target
+ *     the library was not built for, or a library built without ROCm). A ROCm-enabled
+ *     library loads the HIP runtime only when it looks for an AMD GPU, so it loads and runs
+ *     on the CPU where ROCm is not installed. LUMEN_BACKEND_AUTO picks CUDA, then ROCm, then
+ *     the CPU.
+ *   - The GPU backends do not run short convolutions (conv_size > 0) or Mamba-2 layers
  *     (ssd with gate_raw) yet: an engine of a model with such a layer is
- *     LUMEN_ERROR_UNSUPPORTED with LUMEN_BACKEND_CUDA, and runs on the CPU with AUTO.
+ *     LUMEN_ERROR_UNSUPPORTED with LUMEN_BACKEND_CUDA or ROCM, and runs on the CPU with AUTO.
  *
  * Shapes (one session, one layer; row-major, innermost last; see docs/ and the SPEC):
  *   q, k   [T, H, K]      v, o   [T, HV, V]      beta [T, HV]
@@ -186,15 +193,18 @@ typedef enum lumen_dtype {
 /** Which memory a buffer lives in. */
 typedef enum lumen_memory {
   LUMEN_MEMORY_HOST = 0,
-  LUMEN_MEMORY_DEVICE = 1 /* memory of the engine's device (GPU backends) */
+  LUMEN_MEMORY_DEVICE = 1 /* memory of the engine's device: CUDA device memory for CUDA,
+                             HIP device memory for ROCm */
 } lumen_memory;
 
 /** Backends an engine can run on. */
 typedef enum lumen_backend {
-  LUMEN_BACKEND_AUTO = 0, /* the best backend built, present and able to run the model */
+  LUMEN_BACKEND_AUTO = 0, /* the best backend built, present and able to run the model:
+                             CUDA, then ROCm, then the CPU */
   LUMEN_BACKEND_CPU = 1,
-  LUMEN_BACKEND_CUDA = 2,
-  LUMEN_BACKEND_ROCM = 3
+  LUMEN_BACKEND_CUDA = 2, /* NVIDIA GPUs of compute capability 8.0 or newer */
+  LUMEN_BACKEND_ROCM = 3  /* AMD GPUs of the targets the library was built for (by default
+                             gfx90a, gfx908, gfx1030), through the HIP 5 runtime */
 } lumen_backend;
 
 /**
@@ -423,7 +433,8 @@ LUMEN_API void lumen_engine_options_init(lumen_engine_options* options);
 /**
  * Creates an engine that runs `model` on the chosen backend. options may be NULL (defaults).
  * The engine keeps a reference to the model. Returns LUMEN_ERROR_UNSUPPORTED when the backend
- * was not built or no device is present. Free with lumen_engine_destroy.
+ * was not built, no usable device is present (see "GPU engines" above), or the backend does
+ * not run one of the model's layers. Free with lumen_engine_destroy.
  */
 LUMEN_API lumen_status lumen_engine_create(const lumen_model* model,
                                            const lumen_engine_options* options,
@@ -527,9 +538,10 @@ typedef struct lumen_layer_inputs {
   const void* v;    int64_t v_count;    /* [T, HV, V] */
   const void* g;    int64_t g_count;    /* [T, HV] or [T, HV, K] */
   const void* beta; int64_t beta_count; /* [T, HV] */
-  /* Added after 0.1.0 (struct_size tells whether a caller has it): the GPU stream (cudaStream_t)
-   * that a call over LUMEN_MEMORY_DEVICE buffers is enqueued on; NULL is the legacy default
-   * stream. Ignored by the CPU backend and by calls with host buffers. */
+  /* Added after 0.1.0 (struct_size tells whether a caller has it): the GPU stream that a call
+   * over LUMEN_MEMORY_DEVICE buffers is enqueued on, a cudaStream_t for CUDA engines and a
+   * hipStream_t for ROCm engines; NULL is the default stream (CUDA's legacy default stream).
+   * Ignored by the CPU backend and by calls with host buffers. */
   void* stream;
 } lumen_layer_inputs;
 

@@ -667,7 +667,8 @@ extern "C" {
 extern "C" {
     #[doc = " Creates an engine that runs `model` on the chosen backend. options may be NULL (defaults)."]
     #[doc = " The engine keeps a reference to the model. Returns LUMEN_ERROR_UNSUPPORTED when the backend"]
-    #[doc = " was not built or no device is present. Free with lumen_engine_destroy."]
+    #[doc = " was not built, no usable device is present (see \"GPU engines\" above), or the backend does"]
+    #[doc = " not run one of the model's layers. Free with lumen_engine_destroy."]
     pub fn lumen_engine_create(
         model: *const lumen_model,
         options: *const lumen_engine_options,

@@ -360,7 +360,8 @@ def lumen_engine_create(model, options):
     r"""
     Creates an engine that runs `model` on the chosen backend. options may be NULL (defaults).
     The engine keeps a reference to the model. Returns LUMEN_ERROR_UNSUPPORTED when the backend
-    was not built or no device is present. Free with lumen_engine_destroy.
+    was not built, no usable device is present (see "GPU engines" above), or the backend does
+    not run one of the model's layers. Free with lumen_engine_destroy.
     """
     return _capi.lumen_engine_create(model, options)
 
