@@ -7,8 +7,10 @@
 
 #if defined(__CUDACC__) || defined(__HIP__)
 #define LUMEN_HOST_DEVICE __host__ __device__ __forceinline__
+#define LUMEN_UNROLL _Pragma("unroll")
 #else
 #define LUMEN_HOST_DEVICE inline
+#define LUMEN_UNROLL
 #endif
 
 namespace lumen::cuda {
@@ -24,7 +26,7 @@ LUMEN_HOST_DEVICE float LaneGroupSum(float value, ShuffleXor shuffle_xor) {
   static_assert(kWidth == 32 || kWidth == 64, "warps and wavefronts are 32 or 64 lanes");
   static_assert(kFirstMask > 0 && (kFirstMask & (kFirstMask - 1)) == 0 && kFirstMask < kWidth,
                 "kFirstMask is a power of two below the warp width");
-#pragma unroll
+  LUMEN_UNROLL
   for (int mask = kFirstMask; mask < kWidth; mask <<= 1) value += shuffle_xor(value, mask);
   return value;
 }

@@ -58,8 +58,9 @@ absl::Status CheckDevice(int32_t device) {
   const std::string_view target = name.substr(0, name.find(':'));
   if (!Built(target)) {
     return LumenError(LUMEN_ERROR_UNSUPPORTED,
-                      absl::StrCat("ROCm device ", device, " is ", target,
-                                   "; this library's kernels are built for ", kBuiltTargets,
+                      absl::StrCat("ROCm device ", device, " is ", std::string(target),
+                                   "; this library's kernels are built for ",
+                                   std::string(kBuiltTargets),
                                    " (CMake option LUMEN_HIP_ARCHITECTURES)"));
   }
   return absl::OkStatus();

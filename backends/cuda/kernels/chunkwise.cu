@@ -60,6 +60,8 @@ constexpr int64_t kScratchBudgetBytes = int64_t{256} << 20;
 
 static_assert(kIntraThreads == 16 * 16 && kChunk == 4 * 16, "launch 1 thread layout");
 static_assert(kInterThreads == 16 * 8 && kValueTile == 8 * 4, "launch 3 thread layout");
+static_assert(kIntraThreads % kMaxWarpSize == 0 && kInterThreads % kMaxWarpSize == 0,
+              "blocks of whole warps on every target");
 
 // Where one (sequence, chunk, value head) keeps its results inside the scratch.
 struct SlotLayout {

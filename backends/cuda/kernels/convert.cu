@@ -10,6 +10,7 @@ namespace lumen::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+static_assert(kThreads % kMaxWarpSize == 0, "blocks of whole warps on every target");
 constexpr int32_t kMaxGridY = 65535;
 
 __global__ void WidenKernel(const void* const* stored, float* const* wide, int64_t count) {

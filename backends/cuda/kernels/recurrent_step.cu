@@ -16,6 +16,7 @@ namespace lumen::cuda {
 namespace {
 
 constexpr int kBlockThreads = 128;
+static_assert(kBlockThreads % kMaxWarpSize == 0, "blocks of whole warps on every target");
 constexpr int kColumnThreads = 8;
 constexpr int kRowGroups = kBlockThreads / kColumnThreads;
 constexpr int kWarps = kBlockThreads / kWarpSize;
