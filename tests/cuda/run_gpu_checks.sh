@@ -14,7 +14,7 @@ cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DLUMEN_ENA
   -DCMAKE_CUDA_ARCHITECTURES=90 "$@" >"$log_dir/configure.log" 2>&1 ||
   { tail -30 "$log_dir/configure.log"; exit 1; }
 cmake --build build-gpu -j"$(nproc)" --target lumen_cuda_tests lumen_conformance_tests \
-  lumen_session_tests lumen_cli >"$log_dir/build.log" 2>&1 ||
+  lumen_session_tests lumen_capi_tests lumen_robustness_tests lumen_cli >"$log_dir/build.log" 2>&1 ||
   { grep -B2 -A8 -m5 "error" "$log_dir/build.log"; exit 1; }
 echo "build: $(($(date +%s) - start)) s"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true

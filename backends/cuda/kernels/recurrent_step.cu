@@ -112,6 +112,9 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   __shared__ float partial[kWarps][2 * kTileColumns];
   __shared__ float column_sum[2 * kTileColumns];
   __shared__ float reduce_scratch[kWarps * 2];
+  // Read by one thread, published by the first barrier, so the whole block agrees.
+  __shared__ bool input_failed;
+  if (threadIdx.x == 0) input_failed = InputFailed(args.input_error);
 
   const LayerConfig& layer = args.layer;
   const int32_t K = layer.key_dim, V = layer.value_dim;
@@ -268,6 +271,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   for (int32_t base = 0; base < pass_end; base += kChunk) {
     if (!kSingleChunk && base > 0) __syncthreads();  // the previous chunk's reads are done
     stage(base, true);
+    if (input_failed) return;  // the call's inputs failed their check: change nothing
     if constexpr (kStaged) {
 #pragma unroll
       for (int m = 0; m < kRows; ++m) {
@@ -412,6 +416,10 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
 __global__ void __launch_bounds__(kBlockThreads)
 NormalizerUpdateKernel(const StepArgs args, const StepStates states) {
   __shared__ float reduce_scratch[kWarps * 2];
+  __shared__ bool input_failed;
+  if (threadIdx.x == 0) input_failed = InputFailed(args.input_error);
+  __syncthreads();
+  if (input_failed) return;
   const LayerConfig& layer = args.layer;
   const int32_t K = layer.key_dim, V = layer.value_dim;
   const int32_t HV = layer.num_value_heads, H = layer.num_heads;

@@ -63,9 +63,16 @@
  *   - LUMEN_BACKEND_CUDA without a usable CUDA device (none, no driver, or a library built
  *     without CUDA) is LUMEN_ERROR_UNSUPPORTED with a message; LUMEN_BACKEND_AUTO then
  *     picks the CPU.
- *   - The CUDA backend does not run short convolutions (conv_size > 0) or Mamba-2 layers
- *     (ssd with gate_raw) yet: an engine of a model with such a layer is
- *     LUMEN_ERROR_UNSUPPORTED with LUMEN_BACKEND_CUDA, and runs on the CPU with AUTO.
+ *   - Input values are checked on the device (see lumen_layer_inputs). A call with any
+ *     LUMEN_MEMORY_HOST buffer returns the error itself, with the CPU backend's message, and
+ *     changes no session and no output. An asynchronous call cannot: it returns LUMEN_OK, and
+ *     the error is recorded in the engine and reported, as LUMEN_ERROR_INVALID_ARGUMENT whose
+ *     message quotes the CPU's, by the next call of the engine that waits for the device: any
+ *     call listed above (create, fork, reset, read_state, ...) or a layer call with a host
+ *     buffer. That call does nothing else (repeat it), and reporting clears the record. From
+ *     the failing call until the report, every layer call of the engine (the failing one, and
+ *     any enqueued after it, graph replays included) leaves state and outputs unchanged;
+ *     only the sessions' token counts (lumen_session_tokens) count those calls' tokens.
  *
  * Shapes (one session, one layer; row-major, innermost last; see docs/ and the SPEC):
  *   q, k   [T, H, K]      v, o   [T, HV, V]      beta [T, HV]
@@ -515,8 +522,8 @@ LUMEN_API lumen_status lumen_session_write_state(lumen_session* session, int32_t
  * (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
  * beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
  * (and, in a call of several sessions, which session's token), the head and the channel; no
- * session changes. The CUDA backend does not check values yet: there, such inputs give
- * non-finite outputs and state.
+ * session changes. On GPU engines a call over device buffers reports this later (see "GPU
+ * engines").
  */
 typedef struct lumen_layer_inputs {
   uint32_t struct_size; /* set by init */

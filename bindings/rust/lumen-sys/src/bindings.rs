@@ -777,8 +777,8 @@ extern "C" {
 #[doc = " (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with"]
 #[doc = " beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token"]
 #[doc = " (and, in a call of several sessions, which session's token), the head and the channel; no"]
-#[doc = " session changes. The CUDA backend does not check values yet: there, such inputs give"]
-#[doc = " non-finite outputs and state."]
+#[doc = " session changes. On GPU engines a call over device buffers reports this later (see \"GPU"]
+#[doc = " engines\")."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct lumen_layer_inputs {

@@ -447,8 +447,8 @@ class lumen_layer_inputs(object):
     (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
     beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
     (and, in a call of several sessions, which session's token), the head and the channel; no
-    session changes. The CUDA backend does not check values yet: there, such inputs give
-    non-finite outputs and state.
+    session changes. On GPU engines a call over device buffers reports this later (see "GPU
+    engines").
     """
 
     thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
