@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/create_cuda_backend.h"
 #include "backends/cuda/kernels/chunkwise.cuh"
 #include "backends/cuda/kernels/convert.cuh"
+#include "backends/cuda/kernels/prefill_tables.cuh"
 #include "backends/cuda/kernels/prepare_inputs.cuh"
 #include "backends/cuda/kernels/recurrent_step.cuh"
 #include "src/input_domain.h"
@@ -103,12 +103,11 @@ absl::Status CudaBackend::Initialize() {
   LUMEN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "selecting the device");
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&scratch_free_, cudaEventDisableTiming),
                              "creating an event");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming),
-                             "creating an event");
   LUMEN_CUDA_RETURN_IF_ERROR(cudaMalloc(&input_error_, sizeof(InputErrorRecord)),
                              "allocating the input check's record");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaMemset(input_error_, 0xff, sizeof(InputErrorRecord)),
+  LUMEN_CUDA_RETURN_IF_ERROR(ClearInputErrorRecord(input_error_, nullptr),
                              "clearing the input check's record");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), "clearing the input check's record");
   return absl::OkStatus();
 }
 
@@ -117,9 +116,8 @@ CudaBackend::~CudaBackend() {
   cudaDeviceSynchronize();
   for (auto& [stream, event] : pending_) cudaEventDestroy(event);
   if (scratch_free_ != nullptr) cudaEventDestroy(scratch_free_);
-  if (staging_free_ != nullptr) cudaEventDestroy(staging_free_);
   cudaFree(scratch_);
-  cudaFreeHost(staging_);
+  for (void* retired : retired_scratch_) cudaFree(retired);
   cudaFree(parameters_);
   cudaFree(input_error_);
   cudaGetLastError();
@@ -151,8 +149,9 @@ absl::Status CudaBackend::TakeInputError(bool earlier) {
       cudaMemcpy(&record, input_error_, sizeof(record), cudaMemcpyDeviceToHost),
       "reading the input check's record");
   if (record.error == kNoInputError) return absl::OkStatus();
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaMemset(input_error_, 0xff, sizeof(InputErrorRecord)),
+  LUMEN_CUDA_RETURN_IF_ERROR(ClearInputErrorRecord(input_error_, nullptr),
                              "clearing the input check's record");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), "clearing the input check's record");
   static constexpr const char* kTensors[] = {"q", "k", "g", "v", "beta"};
   static constexpr InputDomain kDomains[] = {kFiniteValues, kLogGateValues, kUnitValues};
   const absl::Status status = InputOutOfDomain(
@@ -339,7 +338,13 @@ absl::Status CudaBackend::EnsureScratch(int64_t bytes, bool capturing) {
                       "stream is being captured; run the call once before capturing it");
   }
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(scratch_free_), "waiting for the scratch");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaFree(scratch_), "freeing the scratch");
+  if (scratch_captured_) {
+    // Graphs captured with the old buffer may be replayed: it lives as long as the engine.
+    if (scratch_ != nullptr) retired_scratch_.push_back(scratch_);
+    scratch_captured_ = false;
+  } else {
+    LUMEN_CUDA_RETURN_IF_ERROR(cudaFree(scratch_), "freeing the scratch");
+  }
   scratch_ = nullptr;
   scratch_bytes_ = 0;
   const int64_t size = std::max(bytes, int64_t{1} << 20);
@@ -353,25 +358,6 @@ absl::Status CudaBackend::EnsureScratch(int64_t bytes, bool capturing) {
   }
   LUMEN_CUDA_RETURN_IF_ERROR(error, "allocating scratch");
   scratch_bytes_ = size;
-  return absl::OkStatus();
-}
-
-absl::Status CudaBackend::EnsureStaging(int64_t bytes) {
-  // The previous call's table copies may still be reading the staging buffer.
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staging_free_), "waiting for a copy");
-  if (bytes <= staging_bytes_) return absl::OkStatus();
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaFreeHost(staging_), "freeing pinned memory");
-  staging_ = nullptr;
-  staging_bytes_ = 0;
-  const int64_t size = std::max(bytes, int64_t{64} << 10);
-  const cudaError_t error = cudaMallocHost(&staging_, size);
-  if (error != cudaSuccess) {
-    cudaGetLastError();
-    staging_ = nullptr;
-    return LumenError(LUMEN_ERROR_OUT_OF_MEMORY,
-                      absl::StrCat("cannot allocate ", size, " bytes of pinned host memory"));
-  }
-  staging_bytes_ = size;
   return absl::OkStatus();
 }
 
@@ -522,7 +508,7 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
 namespace {
 
 // Where a prefill's arrays sit in its part of the scratch (byte offsets; -1 = not used). The
-// device tables come first, laid out as in the pinned staging buffer they are copied from.
+// device tables come first (written by LaunchWritePrefillTables).
 struct PrefillPlan {
   int64_t cu_seqlens = -1;   // int32 [N + 1]
   int64_t states = -1;       // float* [N]: the fp32 state of each session (or its wide copy)
@@ -627,28 +613,18 @@ absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
   const int64_t count = StateCount(spec);
   const int64_t T = run.num_tokens();
 
-  // The device tables, through pinned memory.
-  if (absl::Status status = EnsureStaging(plan.tables_bytes); !status.ok()) return status;
-  char* staging = static_cast<char*>(staging_);
-  std::memcpy(staging + plan.cu_seqlens, run.cu_seqlens.data(), (n + 1) * sizeof(int32_t));
-  float** states = reinterpret_cast<float**>(staging + plan.states);
-  for (int32_t s = 0; s < n; ++s) {
-    states[s] = plan.wide >= 0 ? reinterpret_cast<float*>(scratch + plan.wide) + s * count
-                               : static_cast<float*>(run.states[s]);
-  }
-  if (plan.normalizers >= 0) {
-    float** normalizers = reinterpret_cast<float**>(staging + plan.normalizers);
-    for (int32_t s = 0; s < n; ++s) normalizers[s] = states[s] + spec.matrix_count();
-  }
-  if (plan.stored >= 0) {
-    void** stored = reinterpret_cast<void**>(staging + plan.stored);
-    for (int32_t s = 0; s < n; ++s) stored[s] = run.states[s];
-  }
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scratch, staging, plan.tables_bytes,
-                                             cudaMemcpyHostToDevice, stream),
-                             "copying a prefill's tables");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging_free_, stream), "recording an event");
-  int32_t* device_cu_seqlens = reinterpret_cast<int32_t*>(scratch + plan.cu_seqlens);
+  // The device tables.
+  PrefillTables tables;
+  tables.cu_seqlens = reinterpret_cast<int32_t*>(scratch + plan.cu_seqlens);
+  tables.states = reinterpret_cast<float**>(scratch + plan.states);
+  if (plan.normalizers >= 0) tables.normalizers = reinterpret_cast<float**>(scratch + plan.normalizers);
+  if (plan.stored >= 0) tables.stored = reinterpret_cast<void**>(scratch + plan.stored);
+  if (plan.wide >= 0) tables.wide = reinterpret_cast<float*>(scratch + plan.wide);
+  tables.count = count;
+  tables.matrix_count = spec.matrix_count();
+  LUMEN_CUDA_RETURN_IF_ERROR(LaunchWritePrefillTables(tables, run.states, run.cu_seqlens, stream),
+                             "writing a prefill's tables");
+  int32_t* device_cu_seqlens = tables.cu_seqlens;
   // Each session's layer state as stored (the fp32 table holds the blocks themselves).
   void* const* layer_states =
       reinterpret_cast<void* const*>(scratch + (plan.stored >= 0 ? plan.stored : plan.states));
@@ -755,11 +731,6 @@ absl::Status CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   const int64_t g_bytes = T * spec.g_per_token() * in_size;
   const int64_t beta_bytes = spec.delta_rule() ? T * spec.num_value_heads * in_size : 0;
   const int64_t o_count = T * spec.num_value_heads * spec.value_dim;
-  if (run.chunkwise && capturing) {
-    return LumenError(LUMEN_ERROR_UNSUPPORTED,
-                      "a prefill cannot be captured in a CUDA graph (it copies its tables "
-                      "through pinned memory); capture steps");
-  }
   // A call that synchronises reports its own input error: report an earlier one first.
   if ((host_inputs || host_output) && (unread_input_checks_ || captured_input_checks_)) {
     if (absl::Status status = WaitForLayerCalls(); !status.ok()) return status;
@@ -787,6 +758,7 @@ absl::Status CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
     if (absl::Status s = EnsureScratch(scratch_bytes, capturing); !s.ok()) {
       return s;
     }
+    if (capturing) scratch_captured_ = true;
     // An earlier asynchronous call on another stream may still be reading the scratch.
     if (!capturing) {
       LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, scratch_free_, 0),

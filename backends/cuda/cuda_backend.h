@@ -55,7 +55,6 @@ class CudaBackend : public Backend {
   absl::Status TrackAsyncWork(cudaStream_t stream);
 
   absl::Status EnsureScratch(int64_t bytes, bool capturing);
-  absl::Status EnsureStaging(int64_t bytes);
 
   // `extras` is the scratch of the convolution and Mamba-2 passes (PlanExtras), `scratch` the
   // prefill's own.
@@ -65,7 +64,7 @@ class CudaBackend : public Backend {
                           void* o, char* extras, char* scratch, cudaStream_t stream);
 
   const int32_t device_;
-  std::mutex mutex_;  // one call at a time owns the pool, the scratch and the staging buffer
+  std::mutex mutex_;  // one call at a time owns the pool and the scratch
   StatePool pool_;
 
   std::unordered_map<const LayerSpec*, LayerConfig> layers_;  // set once by LoadModel
@@ -76,10 +75,9 @@ class CudaBackend : public Backend {
   void* scratch_ = nullptr;  // device scratch of calls with host buffers and of prefills
   int64_t scratch_bytes_ = 0;
   cudaEvent_t scratch_free_ = nullptr;  // recorded after the last asynchronous use
+  bool scratch_captured_ = false;        // a graph captured a call using scratch_
+  std::vector<void*> retired_scratch_;   // outgrown buffers that captured graphs may use
 
-  void* staging_ = nullptr;  // pinned host memory for the device tables of a prefill
-  int64_t staging_bytes_ = 0;
-  cudaEvent_t staging_free_ = nullptr;  // recorded after the last copy out of it
 
   std::vector<std::pair<cudaStream_t, cudaEvent_t>> pending_;  // streams with async work
 

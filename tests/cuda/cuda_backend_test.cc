@@ -618,6 +618,71 @@ TEST_CASE("input errors of device-buffer calls reach the next waiting call and c
   }
 }
 
+// A varlen prefill over device buffers, captured once the engine's scratch is large enough
+// (a direct call of the same shape grows it), replays like direct calls: outputs and every
+// state part bit for bit, conv windows included.
+TEST_CASE("a varlen CUDA prefill captured in a graph replays like direct calls", "[.cuda]") {
+  std::mt19937 rng(TestSeed());
+  const std::vector<RefLayer> layers = EveryFamily(4, 8, 64, 64, rng);
+  for (const RefLayer& layer : {layers[10], layers.back()}) {  // Qwen3-Next; Mamba-2
+    INFO(layer.Describe());
+    std::string error;
+    ModelPtr model = BuildModel({layer}, &error);
+    REQUIRE(model);
+    EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
+    const std::vector<int32_t> cu = {0, 300, 300, 301, 1000};
+    const int32_t n = static_cast<int32_t>(cu.size()) - 1;
+    std::vector<std::vector<float>> matrices, normalizers;
+    RandomStates(layer, n, rng, &matrices, &normalizers);
+    Sessions direct = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    Sessions replayed = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    const EncodedTokens tokens =
+        EncodeTokens(RandomTokens(layer, cu.back(), rng), LUMEN_DTYPE_BFLOAT16);
+    const DeviceTokens dev(tokens);
+    const int64_t o_count = cu.back() * layer.VPerToken();
+    DeviceBuffer o_direct(o_count * 2), o_graph(o_count * 2);
+    cudaStream_t stream = nullptr;
+    REQUIRE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    auto output = [&](const DeviceBuffer& o) {
+      lumen_layer_output out;
+      lumen_layer_output_init(&out);
+      out.dtype = LUMEN_DTYPE_BFLOAT16;
+      out.memory = LUMEN_MEMORY_DEVICE;
+      out.o = o.get();
+      out.o_count = o_count;
+      return out;
+    };
+    lumen_layer_inputs in = dev.Inputs(layer, cu.back(), stream);
+    lumen_layer_output direct_out = output(o_direct);
+    lumen_layer_output graph_out = output(o_graph);
+    REQUIRE_OK(lumen_engine_prefill_varlen(gpu.get(), 0, direct.handles.data(), n, cu.data(),
+                                           &in, &direct_out));
+    REQUIRE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const lumen_status captured = lumen_engine_prefill_varlen(
+        gpu.get(), 0, replayed.handles.data(), n, cu.data(), &in, &graph_out);
+    cudaGraph_t graph = nullptr;
+    REQUIRE_CUDA(cudaStreamEndCapture(stream, &graph));
+    REQUIRE_OK(captured);
+    cudaGraphExec_t exec = nullptr;
+    REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 2; ++replay) {
+      INFO("replay " << replay);
+      REQUIRE_CUDA(cudaGraphLaunch(exec, stream));
+      REQUIRE_CUDA(cudaStreamSynchronize(stream));
+      CHECK(o_graph.Read() == o_direct.Read());
+      for (int32_t i = 0; i < n; ++i) {
+        INFO("session " << i);
+        CHECK(AllState(replayed.handles[i], layer) == AllState(direct.handles[i], layer));
+      }
+      REQUIRE_OK(lumen_engine_prefill_varlen(gpu.get(), 0, direct.handles.data(), n, cu.data(),
+                                             &in, &direct_out));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
 TEST_CASE("snapshots move between the CPU and CUDA backends bit for bit", "[.cuda]") {
   std::mt19937 rng(TestSeed());
   for (const RefLayer& layer : EveryFamily(2, 4, 32, 48, rng)) {

@@ -1,5 +1,6 @@
 // The input check: one grid-stride pass over every raw input that lowers the record's
-// candidate key atomically, then one thread that turns the smallest key into the record.
+// candidate key atomically; the last block's first thread turns the smallest key into the
+// record.
 
 #include "backends/cuda/kernels/input_check.cuh"
 
@@ -30,29 +31,11 @@ __device__ __forceinline__ bool Inside(float value, int32_t domain) {
   return value >= low && value <= high;  // false for NaN
 }
 
-__global__ void __launch_bounds__(kThreads)
-CheckKernel(const CheckArgs args, InputErrorRecord* record) {
-  const int64_t stride = int64_t{gridDim.x} * kThreads;
-#pragma unroll 1
-  for (int tensor = 0; tensor < 5; ++tensor) {
-    const CheckedTensor& t = args.tensors[tensor];
-    for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < t.count; i += stride) {
-      if (!Inside(LoadElement(t.data, i, args.dtype), t.domain)) {
-        atomicMin(&record->candidate,
-                  (static_cast<unsigned long long>(tensor) << kInputIndexBits) |
-                      static_cast<unsigned long long>(i));
-        break;  // later elements of this thread have larger keys
-      }
-    }
-  }
-}
-
 // Makes the call's smallest candidate the record (unless an earlier error is still there) and
-// holds the sequences of a failing call.
-__global__ void FinishCheckKernel(const CheckArgs args, int32_t num_sessions,
-                                  int32_t* cu_seqlens, bool hold_sequences,
-                                  InputErrorRecord* record) {
-  const unsigned long long key = record->candidate;
+// holds the sequences of a failing call. One thread, after every block's candidates are in.
+__device__ void FinishCheck(const CheckArgs& args, int32_t num_sessions, int32_t* cu_seqlens,
+                           bool hold_sequences, InputErrorRecord* record) {
+  const unsigned long long key = atomicExch(&record->candidate, kNoInputError);
   if (record->error == kNoInputError && key != kNoInputError) {
     const int tensor = static_cast<int>(key >> kInputIndexBits);
     const int64_t index = static_cast<int64_t>(key & ((1ull << kInputIndexBits) - 1));
@@ -80,16 +63,49 @@ __global__ void FinishCheckKernel(const CheckArgs args, int32_t num_sessions,
     record->session = session;
     record->session_token = token - first;
     record->num_sessions = num_sessions;
-    __threadfence();
     record->error = key;
   }
-  record->candidate = kNoInputError;
   if (hold_sequences && record->error != kNoInputError) {
     for (int32_t s = 0; s <= num_sessions; ++s) cu_seqlens[s] = 0;
   }
 }
 
+// Each thread lowers the candidate to its first failing element; the last block to finish
+// (counted in the record) completes the record, in the same launch.
+__global__ void __launch_bounds__(kThreads)
+CheckKernel(const CheckArgs args, int32_t num_sessions, int32_t* cu_seqlens,
+            bool hold_sequences, InputErrorRecord* record) {
+  const int64_t stride = int64_t{gridDim.x} * kThreads;
+#pragma unroll 1
+  for (int tensor = 0; tensor < 5; ++tensor) {
+    const CheckedTensor& t = args.tensors[tensor];
+    for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < t.count; i += stride) {
+      if (!Inside(LoadElement(t.data, i, args.dtype), t.domain)) {
+        atomicMin(&record->candidate,
+                  (static_cast<unsigned long long>(tensor) << kInputIndexBits) |
+                      static_cast<unsigned long long>(i));
+        break;  // later elements of this thread have larger keys
+      }
+    }
+  }
+  __shared__ bool last;
+  __threadfence();  // this block's candidates are visible before it counts itself done
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&record->blocks_done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last || threadIdx.x != 0) return;
+  __threadfence();
+  FinishCheck(args, num_sessions, cu_seqlens, hold_sequences, record);
+  record->blocks_done = 0;
+}
+
 }  // namespace
+
+cudaError_t ClearInputErrorRecord(InputErrorRecord* record, cudaStream_t stream) {
+  cudaError_t error = cudaMemsetAsync(record, 0xff, sizeof(InputErrorRecord), stream);
+  if (error != cudaSuccess) return error;
+  return cudaMemsetAsync(&record->blocks_done, 0, sizeof(record->blocks_done), stream);
+}
 
 cudaError_t LaunchCheckInputs(const LayerConfig& layer, const RawInputs& inputs,
                               int64_t num_tokens, int32_t num_sessions, int32_t* cu_seqlens,
@@ -112,14 +128,14 @@ cudaError_t LaunchCheckInputs(const LayerConfig& layer, const RawInputs& inputs,
                                 layer.beta_sigmoid ? kDomainFinite : kDomainUnit};
   }
   int64_t largest = 0;
-  for (const CheckedTensor& t : args.tensors) largest = std::max(largest, t.count);
-  if (check_values && largest > 0) {
-    const int64_t blocks = std::min<int64_t>((largest + kThreads - 1) / kThreads, 1024);
-    CheckKernel<<<static_cast<uint32_t>(blocks), kThreads, 0, stream>>>(args, record);
-    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
+  if (check_values) {
+    for (const CheckedTensor& t : args.tensors) largest = std::max(largest, t.count);
+  } else {
+    for (CheckedTensor& t : args.tensors) t.count = 0;  // only the holding
   }
-  FinishCheckKernel<<<1, 1, 0, stream>>>(args, num_sessions, cu_seqlens, hold_sequences,
-                                         record);
+  const int64_t blocks = std::clamp<int64_t>((largest + kThreads - 1) / kThreads, 1, 1024);
+  CheckKernel<<<static_cast<uint32_t>(blocks), kThreads, 0, stream>>>(
+      args, num_sessions, cu_seqlens, hold_sequences, record);
   return cudaGetLastError();
 }
 

@@ -22,10 +22,11 @@ inline constexpr unsigned long long kNoInputError = ~0ull;
 // first failing element in the CPU's order.
 inline constexpr int kInputIndexBits = 48;
 
-// One engine's record (device memory; all bytes 0xff means empty).
+// One engine's record (device memory). Empty: every byte 0xff, except blocks_done = 0.
 struct InputErrorRecord {
   unsigned long long error = kNoInputError;      // key of the reported element, or none
   unsigned long long candidate = kNoInputError;  // the running call's smallest key
+  unsigned int blocks_done = 0;                  // blocks of the running check that finished
   float value = 0.0f;                            // the element, as fp32
   int32_t domain = kDomainFinite;
   int64_t heads = 0, per_head = 0;  // the tensor's layout [tokens, heads, per_head]
@@ -37,6 +38,9 @@ __device__ __forceinline__ bool InputFailed(const InputErrorRecord* record) {
   return record != nullptr && *reinterpret_cast<const volatile unsigned long long*>(
                                   &record->error) != kNoInputError;
 }
+
+// Enqueues the emptying of `record`.
+cudaError_t ClearInputErrorRecord(InputErrorRecord* record, cudaStream_t stream);
 
 // Enqueues the check of every raw input of a call of `num_tokens` tokens over `num_sessions`
 // sessions. cu_seqlens (device, [num_sessions + 1]) places each token in its session; null

@@ -46,10 +46,14 @@
  *     the work is enqueued on lumen_layer_inputs.stream (a cudaStream_t; NULL is the legacy
  *     default stream) and the call returns without waiting. The output and the new state are
  *     ready when the work enqueued on that stream before the call returned has finished; the
- *     caller's buffers must stay valid and unchanged until then. Such a call allocates,
- *     synchronizes and copies nothing through pageable memory when it is a step or
- *     lumen_engine_step_batch, so it may be captured in a CUDA graph and replayed (replays
- *     update the same sessions' state, in the captured order).
+ *     caller's buffers must stay valid and unchanged until then. Such a call synchronizes and
+ *     copies nothing through host memory, so it may be captured in a CUDA graph and replayed
+ *     (replays update the same sessions' state, in the captured order). A prefill, and a step
+ *     of a layer with a convolution or Mamba-2, uses the engine's device scratch, which the
+ *     first call of a larger size grows (cudaMalloc); while the stream is captured a call
+ *     that needs more than the engine holds fails with LUMEN_ERROR_UNSUPPORTED (run one call
+ *     of that size first). Graphs of such calls share that scratch: replay them in order
+ *     with the engine's other calls (one stream, or synchronize in between).
  *   - A call with any LUMEN_MEMORY_HOST buffer copies through the engine's device scratch and
  *     returns when its output has been written back and the state updated.
  *   - Every other call that touches a session's state (create, fork, reset, read_state,
