@@ -101,6 +101,11 @@ CudaBackend::CudaBackend(int32_t device) : device_(device), pool_(device) {}
 
 absl::Status CudaBackend::Initialize() {
   LUMEN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "selecting the device");
+  int major = 0;
+  LUMEN_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_),
+      "reading the device's compute capability");
+  dependent_launch_ = major >= 9;
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&scratch_free_, cudaEventDisableTiming),
                              "creating an event");
   LUMEN_CUDA_RETURN_IF_ERROR(cudaMalloc(&input_error_, sizeof(InputErrorRecord)),
@@ -481,6 +486,8 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
                                                   args.num_sessions, prepared, stream),
                                  "launching the convolution");
     }
+    // Only the first launch comes right after the check (sm_90 only: see StepArgs).
+    args.follows_check = dependent_launch_ && run.check_values && !has_extras && first == 0;
     LUMEN_CUDA_RETURN_IF_ERROR(LaunchRecurrentStep(args, states.values, stream),
                                "launching the step kernel");
   }

@@ -64,6 +64,7 @@ class CudaBackend : public Backend {
                           void* o, char* extras, char* scratch, cudaStream_t stream);
 
   const int32_t device_;
+  bool dependent_launch_ = false;  // sm_90 or newer: steps overlap the input check
   std::mutex mutex_;  // one call at a time owns the pool and the scratch
   StatePool pool_;
 

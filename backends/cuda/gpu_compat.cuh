@@ -84,4 +84,20 @@ __device__ __forceinline__ void CopyAsyncWaitAll() {
 #endif
 }
 
+// Programmatic dependent launch (sm_90): a kernel launched with the programmatic stream
+// serialization attribute may start once every block of the kernel before it has called
+// AllowDependentLaunch, and WaitForPrerequisiteGrids then waits until that kernel has finished
+// and its writes are visible. Elsewhere both are no-ops and launches are plainly ordered.
+__device__ __forceinline__ void AllowDependentLaunch() {
+#if LUMEN_GPU_NVIDIA_PATHS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void WaitForPrerequisiteGrids() {
+#if LUMEN_GPU_NVIDIA_PATHS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 }  // namespace lumen::cuda

@@ -75,6 +75,7 @@ __device__ void FinishCheck(const CheckArgs& args, int32_t num_sessions, int32_t
 __global__ void __launch_bounds__(kThreads)
 CheckKernel(const CheckArgs args, int32_t num_sessions, int32_t* cu_seqlens,
             bool hold_sequences, InputErrorRecord* record) {
+  AllowDependentLaunch();  // a step kernel may load its state meanwhile; it waits to read us
   const int64_t stride = int64_t{gridDim.x} * kThreads;
 #pragma unroll 1
   for (int tensor = 0; tensor < 5; ++tensor) {
