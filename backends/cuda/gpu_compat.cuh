@@ -14,6 +14,7 @@
 #define cudaGetLastError hipGetLastError
 #define cudaGetErrorString hipGetErrorString
 #define cudaGetErrorName hipGetErrorName
+#define cudaMemsetAsync hipMemsetAsync
 #define __nv_bfloat16 hip_bfloat16
 #else
 #include <cuda_bf16.h>
