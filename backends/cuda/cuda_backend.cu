@@ -606,11 +606,12 @@ PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run, int32_t inpu
   return plan;
 }
 
-}  // namespace
-
+// The dtype of the inputs the prefill's preparation reads: fp32 after the convolution pass.
 int32_t PreparedInputDtype(const LayerSpec& spec, const LayerRun& run) {
   return spec.conv_size > 0 || IsMamba2(spec) ? LUMEN_DTYPE_FLOAT32 : run.inputs->dtype;
 }
+
+}  // namespace
 
 absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
                                      const RawInputs& inputs, void* o, char* extras,

@@ -1,6 +1,8 @@
 // The CUDA backend through the public C API, on a GPU: against the CPU backend on random
-// inputs at realistic sizes, host and device buffers, CUDA graphs, slots of the pool that a
-// call does not name, snapshots across backends, and running out of device memory.
+// inputs at realistic sizes (short convolutions and Mamba-2 included), host and device
+// buffers, CUDA graphs of steps and prefills, input errors of device-buffer calls, slots of
+// the pool that a call does not name, snapshots across backends, and running out of device
+// memory.
 //
 // Every case carries the hidden tag [.cuda]: CI (no GPU) skips them; the `gpu` ctest label
 // runs them on a machine with one.
