@@ -473,7 +473,6 @@ constexpr int kTileFloats = kChunk * kTileStride;
 constexpr int kSlabPerThread = kChunk * kInterSlab / kInterThreads;
 constexpr int kStatePerThread = kInterSlab * kValueTile / kInterThreads;
 constexpr int kScoresPerThread = kChunk * kChunk / kInterThreads;
-constexpr int kTilePerThread = kChunk * kValueTile / kInterThreads;
 // Reads of S0 use the first layout; the output and state update the second.
 constexpr int kInterRegionFloats =
     std::max(2 * kSlabFloats + kStateSlabFloats, kTileFloats + kSlabFloats);
@@ -828,9 +827,7 @@ InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
       __syncthreads();
     }
 
-    // O = (Q ⊙ exp(b)) S0 and, for the delta rule, X = W S0. The slab's tiles go to shared
-    // memory by cp.async, one round trip per slab; q is scaled in place afterwards (each
-    // thread the entries it copied), except for per-channel decays, which load b first.
+    // O = (Q ⊙ exp(b)) S0 and, for the delta rule, X = W S0.
     float out[kTensorValueTiles][4] = {};
     float x[kTensorValueTiles][4] = {};
     for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
@@ -838,69 +835,50 @@ InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
         LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, q_hat,
                                                        kRowStrideA, totals);
       }
-#pragma unroll 4
-      for (int i = 0; i < kSlabPerThread; ++i) {
-        const int e = threadIdx.x + i * kInterThreads;
-        const int t = e / kInterSlab;
-        const int c = e % kInterSlab;
-        const bool column = k0 + c < key_dim;
-        if (kDecay != Decay::kPerChannel) {
-          if (t < length && column) {
-            CopyAsync<4>(&q_hat[t * kRowStrideA + c], q + t * qk_row + k0 + c);
-          } else {
-            q_hat[t * kRowStrideA + c] = 0.0f;
-          }
-        }
-        if (kDelta) {
-          if (column) {
-            CopyAsync<4>(&w[t * kRowStrideA + c], slot + layout.keys + t * key_dim + k0 + c);
-          } else {
-            w[t * kRowStrideA + c] = 0.0f;
-          }
-        }
-      }
-#pragma unroll 4
-      for (int i = 0; i < kStatePerThread; ++i) {
-        const int e = threadIdx.x + i * kInterThreads;
-        const int r = e / kValueTile;
-        const int c = e % kValueTile;
-        if (k0 + r < key_dim && v0 + c < value_dim) {
-          CopyAsync<4>(&s_slab[r * kRowStrideB + c],
-                       state + static_cast<int64_t>(k0 + r) * value_dim + v0 + c);
-        } else {
-          s_slab[r * kRowStrideB + c] = 0.0f;
-        }
-      }
-      if (kDecay == Decay::kPerChannel) {
-        // Half a slab at a time: its global reads first, then q ⊙ exp(b) over b in place.
 #pragma unroll 1
-        for (int half = 0; half < 2; ++half) {
-          constexpr int kCount = kSlabPerThread / 2;
-          float q_values[kCount];
+      for (int half = 0; half < 2; ++half) {
+        constexpr int kCount = kSlabPerThread / 2;
+        float q_values[kCount], s_values[kStatePerThread / 2];
 #pragma unroll
-          for (int i = 0; i < kCount; ++i) {
-            const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
-            const int t = e / kInterSlab;
-            const int c = e % kInterSlab;
-            q_values[i] = t < length && k0 + c < key_dim ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
+        for (int i = 0; i < kCount; ++i) {
+          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+          const int t = e / kInterSlab;
+          const int c = e % kInterSlab;
+          const bool column = k0 + c < key_dim;
+          q_values[i] = t < length && column ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
+          if (kDelta) {  // W straight to shared memory
+            if (column) {
+              CopyAsync<4>(&w[t * kRowStrideA + c], slot + layout.keys + t * key_dim + k0 + c);
+            } else {
+              w[t * kRowStrideA + c] = 0.0f;
+            }
           }
+        }
 #pragma unroll
-          for (int i = 0; i < kCount; ++i) {
-            const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
-            float& entry = q_hat[(e / kInterSlab) * kRowStrideA + e % kInterSlab];
-            entry = q_values[i] * __expf(entry);
-          }
+        for (int i = 0; i < kStatePerThread / 2; ++i) {
+          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
+          const int r = e / kValueTile;
+          const int c = e % kValueTile;
+          const bool inside = k0 + r < key_dim && v0 + c < value_dim;
+          s_values[i] = inside ? state[static_cast<int64_t>(k0 + r) * value_dim + v0 + c] : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) {
+          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+          const int t = e / kInterSlab;
+          const int c = e % kInterSlab;
+          float value = q_values[i];
+          if (kDecay == Decay::kScalar) value *= decay_up[t];
+          if (kDecay == Decay::kPerChannel) value *= __expf(q_hat[t * kRowStrideA + c]);
+          q_hat[t * kRowStrideA + c] = value;
+        }
+#pragma unroll
+        for (int i = 0; i < kStatePerThread / 2; ++i) {
+          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
+          s_slab[(e / kValueTile) * kRowStrideB + e % kValueTile] = s_values[i];
         }
       }
       CopyAsyncWaitAll();
-      if (kDecay == Decay::kScalar) {
-#pragma unroll 4
-        for (int i = 0; i < kSlabPerThread; ++i) {
-          const int e = threadIdx.x + i * kInterThreads;
-          const int t = e / kInterSlab;
-          q_hat[t * kRowStrideA + e % kInterSlab] *= decay_up[t];
-        }
-      }
       __syncthreads();
       WarpProductTf32x3<kTensorValueTiles, kDelta>(out, x, q_hat + row0 * kRowStrideA,
                                                    w + row0 * kRowStrideA, kRowStrideA, 1,
@@ -908,42 +886,31 @@ InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
       __syncthreads();
     }
 
-    // P and the value tile (V, or U for the delta rule) by cp.async; U' = U - W S0 in place;
-    // then O += P U'.
+    // U' (V for additive writes, U - W S0 for the delta rule) in place of the slabs, P
+    // beside it, then O += P U'.
 #pragma unroll
     for (int i = 0; i < kScoresPerThread / 4; ++i) {
       const int e = 4 * (threadIdx.x + i * kInterThreads);
       CopyAsync<16>(&p[(e / kChunk) * kRowStrideA + e % kChunk], slot + layout.scores + e);
     }
-    const float* values =
-        kDelta ? slot + layout.values
-               : args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
-    const int64_t values_row = kDelta ? value_dim : v_row;
-#pragma unroll 4
-    for (int i = 0; i < kTilePerThread; ++i) {
-      const int e = threadIdx.x + i * kInterThreads;
-      const int t = e / kValueTile;
-      const int c = e % kValueTile;
-      if (t < length && v0 + c < value_dim) {
-        CopyAsync<4>(&u[t * kRowStrideB + c], values + t * values_row + v0 + c);
-      } else {
-        u[t * kRowStrideB + c] = 0.0f;
+    const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+#pragma unroll
+    for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = row0 + g + 8 * (e / 2);
+        const int column = 8 * n + 2 * j + e % 2;
+        const int32_t col = v0 + column;
+        float value = 0.0f;
+        if (t < length && col < value_dim) {
+          value = kDelta ? slot[layout.values + t * value_dim + col] - x[n][e]
+                         : v[t * v_row + col];
+        }
+        u[t * kRowStrideB + column] = value;
       }
     }
     CopyAsyncWaitAll();
     __syncthreads();
-    if (kDelta) {
-#pragma unroll
-      for (int n = 0; n < kTensorValueTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int t = row0 + g + 8 * (e / 2);
-          const int column = 8 * n + 2 * j + e % 2;
-          if (t < length && v0 + column < value_dim) u[t * kRowStrideB + column] -= x[n][e];
-        }
-      }
-      __syncthreads();
-    }
     WarpProductTf32x3<kTensorValueTiles, false>(out, out, p + row0 * kRowStrideA, nullptr,
                                                 kRowStrideA, 1, u, kRowStrideB, depth);
     float* o = args.o + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
@@ -967,58 +934,29 @@ InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
           decay_end[threadIdx.x] = k_end[(length - 1) * kRowStrideColumnA + threadIdx.x];
         }
         __syncthreads();
+      }
 #pragma unroll 1
-        for (int half = 0; half < 2; ++half) {
-          constexpr int kCount = kSlabPerThread / 2;
-          float k_values[kCount];
+      for (int half = 0; half < 2; ++half) {
+        constexpr int kCount = kSlabPerThread / 2;
+        float k_values[kCount];
 #pragma unroll
-          for (int i = 0; i < kCount; ++i) {
-            const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
-            const int t = e / kInterSlab;
-            const int c = e % kInterSlab;
-            k_values[i] = t < length && k0 + c < key_dim ? __ldg(k + t * qk_row + k0 + c) : 0.0f;
-          }
-#pragma unroll
-          for (int i = 0; i < kCount; ++i) {
-            const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
-            const int c = e % kInterSlab;
-            float& entry = k_end[(e / kInterSlab) * kRowStrideColumnA + c];
-            entry = k_values[i] * __expf(decay_end[c] - entry);
-          }
-        }
-      } else {
-#pragma unroll 4
-        for (int i = 0; i < kSlabPerThread; ++i) {
-          const int e = threadIdx.x + i * kInterThreads;
+        for (int i = 0; i < kCount; ++i) {
+          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
           const int t = e / kInterSlab;
           const int c = e % kInterSlab;
-          if (t < length && k0 + c < key_dim) {
-            CopyAsync<4>(&k_end[t * kRowStrideColumnA + c], k + t * qk_row + k0 + c);
-          } else {
-            k_end[t * kRowStrideColumnA + c] = 0.0f;
-          }
+          k_values[i] = t < length && k0 + c < key_dim ? __ldg(k + t * qk_row + k0 + c) : 0.0f;
         }
-        CopyAsyncWaitAll();
-        if (kDecay == Decay::kScalar) {
-#pragma unroll 4
-          for (int i = 0; i < kSlabPerThread; ++i) {
-            const int e = threadIdx.x + i * kInterThreads;
-            const int t = e / kInterSlab;
-            k_end[t * kRowStrideColumnA + e % kInterSlab] *= decay_down[t];
-          }
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) {
+        const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+        const int t = e / kInterSlab;
+        const int c = e % kInterSlab;
+        float value = k_values[i];
+        if (kDecay == Decay::kScalar) value *= decay_down[t];
+        if (kDecay == Decay::kPerChannel) {
+          value *= __expf(decay_end[c] - k_end[t * kRowStrideColumnA + c]);
         }
-      }
-      // This thread's entries of S0, read before the product so that their latency hides
-      // behind it.
-      float old[kTensorValueTiles][4];
-#pragma unroll
-      for (int n = 0; n < kTensorValueTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int32_t key = k0 + row0 + g + 8 * (e / 2);
-          const int32_t col = v0 + 8 * n + 2 * j + e % 2;
-          old[n][e] = key < key_dim && col < value_dim
-                          ? state[static_cast<int64_t>(key) * value_dim + col] : 0.0f;
+        k_end[t * kRowStrideColumnA + c] = value;
         }
       }
       __syncthreads();
@@ -1036,7 +974,8 @@ InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
           float factor = 1.0f;
           if (kDecay == Decay::kScalar) factor = decay_up[length - 1];
           if (kDecay == Decay::kPerChannel) factor = __expf(decay_end[row]);
-          state[static_cast<int64_t>(key) * value_dim + col] = fmaf(factor, old[n][e], acc[n][e]);
+          float& entry = state[static_cast<int64_t>(key) * value_dim + col];
+          entry = fmaf(factor, entry, acc[n][e]);
         }
       }
       __syncthreads();
