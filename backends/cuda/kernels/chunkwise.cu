@@ -1,4 +1,4 @@
-// The chunkwise form on the GPU, in fp32 on the SIMT cores (no TF32), as three launches per
+// The chunkwise form on the GPU at fp32 accuracy (no TF32 rounding), as three launches per
 // round:
 //
 //   1. IntraChunkKernel, one block per (sequence, chunk, value head), all chunks at once:
@@ -11,6 +11,9 @@
 //   3. InterChunkKernel, one block per (sequence, value head, tile of value columns), walking
 //      the chunks in order with the state: U' = U - W S0 for the delta rule (V itself for
 //      additive writes), O = (Q ⊙ exp(b)) S0 + P U', S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U'.
+//      NVIDIA builds run it as InterChunkTensorKernel instead (except for the normalizer):
+//      the same walk with its products on the tensor cores in 3xTF32 (tf32x3_mma.cuh).
+//      Launches 1 and 2, and InterChunkKernel, are fp32 on the SIMT cores: the portable path.
 //
 // b_t is the cumulative log-decay inside the chunk (token t's own decay included), per key
 // channel; every factor exp(b_t - b_s) with s <= t is <= 1. Per-channel decays cannot be
