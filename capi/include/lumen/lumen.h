@@ -380,7 +380,12 @@ LUMEN_API void lumen_model_destroy(lumen_model* model);
 /** Writes the number of layers to *out. Thread-safe. */
 LUMEN_API lumen_status lumen_model_num_layers(const lumen_model* model, int32_t* out);
 
-/** Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out. */
+/**
+ * Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out.
+ * Set out->struct_size first (lumen_layer_options_init does): the call writes the fields that
+ * size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct
+ * or above 4096 is taken as 0.1.0's struct (whose callers did not set it).
+ */
 LUMEN_API lumen_status lumen_model_layer_options(const lumen_model* model, int32_t layer,
                                                  lumen_layer_options* out);
 

@@ -536,6 +536,9 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out."]
+    #[doc = " Set out->struct_size first (lumen_layer_options_init does): the call writes the fields that"]
+    #[doc = " size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct"]
+    #[doc = " or above 4096 is taken as 0.1.0's struct (whose callers did not set it)."]
     pub fn lumen_model_layer_options(
         model: *const lumen_model,
         layer: i32,

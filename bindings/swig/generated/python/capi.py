@@ -316,7 +316,12 @@ def lumen_model_num_layers(model):
     return _capi.lumen_model_num_layers(model)
 
 def lumen_model_layer_options(model, layer):
-    r""" Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out."""
+    r"""
+    Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out.
+    Set out->struct_size first (lumen_layer_options_init does): the call writes the fields that
+    size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct
+    or above 4096 is taken as 0.1.0's struct (whose callers did not set it).
+    """
     return _capi.lumen_model_layer_options(model, layer)
 
 def lumen_model_state_count(model, layer, part):
