@@ -38,6 +38,12 @@ if ((${#missing[@]})); then
     apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
+# The CUDA backend is built wherever nvcc is, also when CUDA's usual place is not on PATH
+# (a non-login shell): the library then runs on a GPU where one is present, else on the CPU.
+if ! command -v nvcc >/dev/null && [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLUMEN_BUILD_TESTS="$tests" \
   -DLUMEN_BUILD_BINDINGS="$tests" -DLUMEN_BINDINGS_REQUIRED="$tests" -DLUMEN_ENABLE_HIP="$tests"
 cmake --build build -j"$(nproc)"

@@ -10,6 +10,7 @@
 #include "src/session.h"
 #include "src/status.h"
 #include "src/struct_size.h"
+#include "src/struct_versions.h"
 
 namespace lumen {
 
@@ -95,9 +96,6 @@ absl::Status Engine::Prefill(int32_t layer, absl::Span<Session* const> sessions,
 }
 
 namespace {
-
-// lumen_layer_inputs as 0.1.0 defined it, before `stream` was appended.
-constexpr uint32_t kLayerInputsSizeV0 = offsetof(lumen_layer_inputs, stream);
 
 bool IsDType(int32_t value) {
   return value == LUMEN_DTYPE_FLOAT32 || value == LUMEN_DTYPE_BFLOAT16 ||

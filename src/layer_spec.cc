@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "src/struct_size.h"
+#include "src/struct_versions.h"
 
 namespace lumen {
 
@@ -96,9 +97,8 @@ constexpr int32_t kMaxHeadDim = 1 << 14;
 }  // namespace
 
 absl::Status LayerSpecFromOptions(const lumen_layer_options& user_options, LayerSpec* out) {
-  // 0.1.0's struct ended before conv_size; its layers have no convolution.
-  if (absl::Status status = CheckStructSize(user_options, "lumen_layer_options",
-                                            offsetof(lumen_layer_options, conv_size));
+  if (absl::Status status =
+          CheckStructSize(user_options, "lumen_layer_options", kLayerOptionsSizeV0);
       !status.ok()) {
     return status;
   }

@@ -14,6 +14,7 @@
 
 // Runtime types and constants.
 #define cudaDeviceProp hipDeviceProp_t
+#define cudaDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
 #define cudaError_t hipError_t
 #define cudaEvent_t hipEvent_t
 #define cudaStream_t hipStream_t
@@ -30,6 +31,7 @@
   hipFuncAttributePreferredSharedMemoryCarveout
 #define cudaSharedmemCarveoutMaxShared 100
 // Runtime calls (HIP 5.2's API).
+#define cudaDeviceGetAttribute hipDeviceGetAttribute
 #define cudaDeviceSynchronize hipDeviceSynchronize
 #define cudaEventCreateWithFlags hipEventCreateWithFlags
 #define cudaEventDestroy hipEventDestroy
@@ -169,6 +171,22 @@ __device__ __forceinline__ void CopyAsyncCommit() {
 __device__ __forceinline__ void CopyAsyncWaitAll() {
 #if LUMEN_GPU_NVIDIA_PATHS
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Programmatic dependent launch (sm_90): a kernel launched with the programmatic stream
+// serialization attribute may start once every block of the kernel before it has called
+// AllowDependentLaunch, and WaitForPrerequisiteGrids then waits until that kernel has finished
+// and its writes are visible. Elsewhere both are no-ops and launches are plainly ordered.
+__device__ __forceinline__ void AllowDependentLaunch() {
+#if LUMEN_GPU_NVIDIA_PATHS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void WaitForPrerequisiteGrids() {
+#if LUMEN_GPU_NVIDIA_PATHS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
 

@@ -7,9 +7,13 @@
 
 #if defined(__CUDACC__) || defined(__HIP__)
 #define LUMEN_HOST_DEVICE __host__ __device__ __forceinline__
-#define LUMEN_UNROLL _Pragma("unroll")
 #else
 #define LUMEN_HOST_DEVICE inline
+#endif
+// Unrolled in device code; the host compiler (g++ behind nvcc, or in tests) does not know it.
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#define LUMEN_UNROLL _Pragma("unroll")
+#else
 #define LUMEN_UNROLL
 #endif
 

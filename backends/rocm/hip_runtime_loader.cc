@@ -215,6 +215,8 @@ LUMEN_HIP_FORWARD(hipGetLastError, (void), ())
 LUMEN_HIP_FORWARD(hipGetDeviceCount, (int* count), (count))
 LUMEN_HIP_FORWARD(hipGetDeviceProperties, (void* properties, int device), (properties, device))
 LUMEN_HIP_FORWARD(hipSetDevice, (int device), (device))
+LUMEN_HIP_FORWARD(hipDeviceGetAttribute, (int* value, int attribute, int device),
+                  (value, attribute, device))
 LUMEN_HIP_FORWARD(hipDeviceSynchronize, (void), ())
 LUMEN_HIP_FORWARD(hipMalloc, (void** pointer, size_t bytes), (pointer, bytes))
 LUMEN_HIP_FORWARD(hipFree, (void* pointer), (pointer))

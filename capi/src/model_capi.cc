@@ -1,7 +1,12 @@
 // C entry points for model builders and models.
 
+#include <algorithm>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "capi/src/capi_util.h"
+#include "src/struct_size.h"
+#include "src/struct_versions.h"
 
 using lumen::capi::Fail;
 using lumen::capi::FromStatus;
@@ -152,7 +157,15 @@ lumen_status lumen_model_layer_options(const lumen_model* model, int32_t layer,
   options.state_dtype = static_cast<int32_t>(spec.state_dtype);
   options.conv_size = spec.conv_size;
   options.conv_activation = static_cast<int32_t>(spec.conv_activation);
-  *out = options;
+  // Write only the bytes the caller owns: its struct_size, or 0.1.0's struct when it set none
+  // (0.1.0 did not ask callers to).
+  uint32_t size = out->struct_size;
+  if (size < lumen::kLayerOptionsSizeV0 || size > lumen::kMaxStructSize) {
+    size = lumen::kLayerOptionsSizeV0;
+  }
+  size = std::min<uint32_t>(size, sizeof(options));
+  options.struct_size = size;
+  std::memcpy(out, &options, size);
   return Ok();
 }
 

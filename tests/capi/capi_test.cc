@@ -683,6 +683,7 @@ TEST_CASE("convolution and Mamba-2 parameters are checked, at set_param and at b
   REQUIRE(lumen_model_state_bytes(model, 0, &bytes) == LUMEN_OK);
   CHECK(bytes == 4 * (4 * 8 * 6 + 16 * 2 + 16 * 2 + 24 * 2));
   lumen_layer_options o;
+  lumen_layer_options_init(&o);
   REQUIRE(lumen_model_layer_options(model, 0, &o) == LUMEN_OK);
   CHECK(o.conv_size == 3);
   CHECK(o.conv_activation == LUMEN_CONV_ACTIVATION_SILU);
@@ -842,6 +843,7 @@ TEST_CASE("model queries resolve defaults and check the layer index", "[capi]") 
   REQUIRE(lumen_model_num_layers(model.get(), &n) == LUMEN_OK);
   CHECK(n == 2);
   lumen_layer_options o;
+  lumen_layer_options_init(&o);
   REQUIRE(lumen_model_layer_options(model.get(), 0, &o) == LUMEN_OK);
   CHECK(o.struct_size == sizeof(lumen_layer_options));
   CHECK(o.family == LUMEN_FAMILY_LINEAR_ATTN);
@@ -880,6 +882,42 @@ TEST_CASE("model queries resolve defaults and check the layer index", "[capi]") 
   CheckFailure(lumen_model_state_bytes(model.get(), -2, &count), LUMEN_ERROR_OUT_OF_RANGE,
                {"layer"});
   CHECK(count == 777);
+}
+
+TEST_CASE("layer options are written only as far as the caller's struct reaches", "[capi]") {
+  RefLayer layer = Layer(LUMEN_FAMILY_GATED_DELTA_NET, 1, 1, 4, 4);
+  std::string error;
+  ModelPtr model = BuildModel({layer}, &error);
+  INFO(error);
+  REQUIRE(model);
+  // A 0.1.0 caller's struct (it ends before conv_size) followed by bytes it does not own; it
+  // did not have to set struct_size, so both 0 and garbage mean 0.1.0's size.
+  const size_t v0_size = offsetof(lumen_layer_options, conv_size);
+  for (uint32_t declared : {0u, 1u, 5000u, static_cast<uint32_t>(v0_size)}) {
+    INFO("struct_size " << declared);
+    unsigned char buffer[sizeof(lumen_layer_options) + 16];
+    std::memset(buffer, 0x5a, sizeof buffer);
+    std::memcpy(buffer, &declared, sizeof declared);
+    REQUIRE(lumen_model_layer_options(model.get(), 0,
+                                      reinterpret_cast<lumen_layer_options*>(buffer)) == LUMEN_OK);
+    lumen_layer_options seen;
+    std::memcpy(&seen, buffer, v0_size);
+    CHECK(seen.struct_size == v0_size);
+    CHECK(seen.family == LUMEN_FAMILY_GATED_DELTA_NET);
+    for (size_t i = v0_size; i < sizeof buffer; ++i) CHECK(buffer[i] == 0x5a);
+  }
+  // A newer caller's larger struct: the known fields are written, its own tail is kept.
+  unsigned char buffer[sizeof(lumen_layer_options) + 16];
+  std::memset(buffer, 0x5a, sizeof buffer);
+  const uint32_t declared = sizeof buffer;
+  std::memcpy(buffer, &declared, sizeof declared);
+  REQUIRE(lumen_model_layer_options(model.get(), 0,
+                                    reinterpret_cast<lumen_layer_options*>(buffer)) == LUMEN_OK);
+  lumen_layer_options seen;
+  std::memcpy(&seen, buffer, sizeof seen);
+  CHECK(seen.struct_size == sizeof(lumen_layer_options));
+  CHECK(seen.conv_size == 0);
+  for (size_t i = sizeof(lumen_layer_options); i < sizeof buffer; ++i) CHECK(buffer[i] == 0x5a);
 }
 
 TEST_CASE("a session hands out its model, which outlives the caller's handles", "[capi]") {

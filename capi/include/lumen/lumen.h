@@ -47,12 +47,17 @@
  *   - A session's state lives in device memory, in slots of a pool the engine grows on demand.
  *   - Layer calls whose input and output buffers are all LUMEN_MEMORY_DEVICE are asynchronous:
  *     the work is enqueued on lumen_layer_inputs.stream (a cudaStream_t, or a hipStream_t for
- *     ROCm; NULL is the default stream, CUDA's legacy one) and the call returns without waiting. The output and the new state are
- *     ready when the work enqueued on that stream before the call returned has finished; the
- *     caller's buffers must stay valid and unchanged until then. Such a call allocates,
- *     synchronizes and copies nothing through pageable memory when it is a step or
- *     lumen_engine_step_batch, so it may be captured in a CUDA graph and replayed (replays
- *     update the same sessions' state, in the captured order).
+ *     ROCm; NULL is the default stream, CUDA's legacy one) and the call returns without
+ *     waiting. The output and the new state are ready when the work enqueued on that stream
+ *     before the call returned has finished; the caller's buffers must stay valid and
+ *     unchanged until then. Such a call synchronizes and
+ *     copies nothing through host memory, so it may be captured in a CUDA graph and replayed
+ *     (replays update the same sessions' state, in the captured order). A prefill, and a step
+ *     of a layer with a convolution or Mamba-2, uses the engine's device scratch, which the
+ *     first call of a larger size grows (cudaMalloc); while the stream is captured a call
+ *     that needs more than the engine holds fails with LUMEN_ERROR_UNSUPPORTED (run one call
+ *     of that size first). Graphs of such calls share that scratch: replay them in order
+ *     with the engine's other calls (one stream, or synchronize in between).
  *   - A call with any LUMEN_MEMORY_HOST buffer copies through the engine's device scratch and
  *     returns when its output has been written back and the state updated.
  *   - Every other call that touches a session's state (create, fork, reset, read_state,
@@ -70,9 +75,16 @@
  *     library loads the HIP runtime only when it looks for an AMD GPU, so it loads and runs
  *     on the CPU where ROCm is not installed. LUMEN_BACKEND_AUTO picks CUDA, then ROCm, then
  *     the CPU.
- *   - The GPU backends do not run short convolutions (conv_size > 0) or Mamba-2 layers
- *     (ssd with gate_raw) yet: an engine of a model with such a layer is
- *     LUMEN_ERROR_UNSUPPORTED with LUMEN_BACKEND_CUDA or ROCM, and runs on the CPU with AUTO.
+ *   - Input values are checked on the device (see lumen_layer_inputs). A call with any
+ *     LUMEN_MEMORY_HOST buffer returns the error itself, with the CPU backend's message, and
+ *     changes no session and no output. An asynchronous call cannot: it returns LUMEN_OK, and
+ *     the error is recorded in the engine and reported, as LUMEN_ERROR_INVALID_ARGUMENT whose
+ *     message quotes the CPU's, by the next call of the engine that waits for the device: any
+ *     call listed above (create, fork, reset, read_state, ...) or a layer call with a host
+ *     buffer. That call does nothing else (repeat it), and reporting clears the record. From
+ *     the failing call until the report, every layer call of the engine (the failing one, and
+ *     any enqueued after it, graph replays included) leaves state and outputs unchanged;
+ *     only the sessions' token counts (lumen_session_tokens) count those calls' tokens.
  *
  * Shapes (one session, one layer; row-major, innermost last; see docs/ and the SPEC):
  *   q, k   [T, H, K]      v, o   [T, HV, V]      beta [T, HV]
@@ -390,7 +402,12 @@ LUMEN_API void lumen_model_destroy(lumen_model* model);
 /** Writes the number of layers to *out. Thread-safe. */
 LUMEN_API lumen_status lumen_model_num_layers(const lumen_model* model, int32_t* out);
 
-/** Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out. */
+/**
+ * Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out.
+ * Set out->struct_size first (lumen_layer_options_init does): the call writes the fields that
+ * size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct
+ * or above 4096 is taken as 0.1.0's struct (whose callers did not set it).
+ */
 LUMEN_API lumen_status lumen_model_layer_options(const lumen_model* model, int32_t layer,
                                                  lumen_layer_options* out);
 
@@ -526,8 +543,8 @@ LUMEN_API lumen_status lumen_session_write_state(lumen_session* session, int32_t
  * (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
  * beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
  * (and, in a call of several sessions, which session's token), the head and the channel; no
- * session changes. The CUDA backend does not check values yet: there, such inputs give
- * non-finite outputs and state.
+ * session changes. On GPU engines a call over device buffers reports this later (see "GPU
+ * engines").
  */
 typedef struct lumen_layer_inputs {
   uint32_t struct_size; /* set by init */

@@ -536,6 +536,9 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out."]
+    #[doc = " Set out->struct_size first (lumen_layer_options_init does): the call writes the fields that"]
+    #[doc = " size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct"]
+    #[doc = " or above 4096 is taken as 0.1.0's struct (whose callers did not set it)."]
     pub fn lumen_model_layer_options(
         model: *const lumen_model,
         layer: i32,
@@ -778,8 +781,8 @@ extern "C" {
 #[doc = " (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with"]
 #[doc = " beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token"]
 #[doc = " (and, in a call of several sessions, which session's token), the head and the channel; no"]
-#[doc = " session changes. The CUDA backend does not check values yet: there, such inputs give"]
-#[doc = " non-finite outputs and state."]
+#[doc = " session changes. On GPU engines a call over device buffers reports this later (see \"GPU"]
+#[doc = " engines\")."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct lumen_layer_inputs {

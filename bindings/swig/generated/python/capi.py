@@ -316,7 +316,12 @@ def lumen_model_num_layers(model):
     return _capi.lumen_model_num_layers(model)
 
 def lumen_model_layer_options(model, layer):
-    r""" Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out."""
+    r"""
+    Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out.
+    Set out->struct_size first (lumen_layer_options_init does): the call writes the fields that
+    size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct
+    or above 4096 is taken as 0.1.0's struct (whose callers did not set it).
+    """
     return _capi.lumen_model_layer_options(model, layer)
 
 def lumen_model_state_count(model, layer, part):
@@ -448,8 +453,8 @@ class lumen_layer_inputs(object):
     (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
     beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
     (and, in a call of several sessions, which session's token), the head and the channel; no
-    session changes. The CUDA backend does not check values yet: there, such inputs give
-    non-finite outputs and state.
+    session changes. On GPU engines a call over device buffers reports this later (see "GPU
+    engines").
     """
 
     thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")

@@ -8146,7 +8146,12 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "lumen_model_destroy", _wrap_lumen_model_destroy, METH_O, " Releases the caller's reference; engines and sessions keep their own. NULL is a no-op."},
 	 { "lumen_model_num_layers", _wrap_lumen_model_num_layers, METH_O, " Writes the number of layers to *out. Thread-safe."},
-	 { "lumen_model_layer_options", _wrap_lumen_model_layer_options, METH_VARARGS, " Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out."},
+	 { "lumen_model_layer_options", _wrap_lumen_model_layer_options, METH_VARARGS, "\n"
+		"Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out.\n"
+		"Set out->struct_size first (lumen_layer_options_init does): the call writes the fields that\n"
+		"size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct\n"
+		"or above 4096 is taken as 0.1.0's struct (whose callers did not set it).\n"
+		""},
 	 { "lumen_model_state_count", _wrap_lumen_model_state_count, METH_VARARGS, "\n"
 		"Writes the element count of one part (lumen_state_part) of layer `layer`'s state in the\n"
 		"canonical fp32 layout: HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer\n"

@@ -190,7 +190,10 @@ public class Capi implements CapiConstants {
   }
 
   /**
-   *  Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out. 
+   * Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out.<br>
+   * Set out-&gt;struct_size first (lumen_layer_options_init does): the call writes the fields that<br>
+   * size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct<br>
+   * or above 4096 is taken as 0.1.0's struct (whose callers did not set it).
    */
   public static int lumen_model_layer_options(long model, int layer, LayerOptions out) {
     int status = CapiJNI.lumen_model_layer_options(model, layer, LayerOptions.getCPtr(out), out);
