@@ -16,6 +16,9 @@ if [[ "${1:-}" == "--tests" ]]; then
   # The aarch64 build run under qemu-user (tests/cross): the cross compiler and the arm64
   # multiarch libraries lumen links.
   packages+=(g++-aarch64-linux-gnu qemu-user libabsl-dev:arm64 libxxhash-dev:arm64)
+  # The ROCm backend, compiled on every run (backends/rocm/): Debian's HIP 5.2 (hipcc brings
+  # clang 15, the device libraries and the HIP runtime, which the tests use without a GPU).
+  packages+=(hipcc libamdhip64-dev rocm-device-libs)
   tests=ON
 fi
 missing=()
@@ -35,6 +38,12 @@ if ((${#missing[@]})); then
     apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
+# The CUDA backend is built wherever nvcc is, also when CUDA's usual place is not on PATH
+# (a non-login shell): the library then runs on a GPU where one is present, else on the CPU.
+if ! command -v nvcc >/dev/null && [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLUMEN_BUILD_TESTS="$tests" \
-  -DLUMEN_BUILD_BINDINGS="$tests" -DLUMEN_BINDINGS_REQUIRED="$tests"
+  -DLUMEN_BUILD_BINDINGS="$tests" -DLUMEN_BINDINGS_REQUIRED="$tests" -DLUMEN_ENABLE_HIP="$tests"
 cmake --build build -j"$(nproc)"

@@ -5,6 +5,9 @@
 #ifdef LUMEN_WITH_CUDA
 #include "backends/cuda/create_cuda_backend.h"
 #endif
+#ifdef LUMEN_WITH_ROCM
+#include "backends/rocm/create_rocm_backend.h"
+#endif
 
 namespace lumen {
 
@@ -19,6 +22,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const lumen_engine_option
     case LUMEN_BACKEND_AUTO:
 #ifdef LUMEN_WITH_CUDA
       if (cuda::CudaDevicePresent(options.device)) return cuda::CreateCudaBackend(options.device);
+#endif
+#ifdef LUMEN_WITH_ROCM
+      if (rocm::RocmDevicePresent(options.device)) return rocm::CreateRocmBackend(options.device);
 #endif
       [[fallthrough]];
     case LUMEN_BACKEND_CPU:
@@ -35,7 +41,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const lumen_engine_option
       return absl::UnimplementedError("this build of lumen has no CUDA backend");
 #endif
     case LUMEN_BACKEND_ROCM:
+#ifdef LUMEN_WITH_ROCM
+      return rocm::CreateRocmBackend(options.device);
+#else
       return absl::UnimplementedError("this build of lumen has no ROCm backend");
+#endif
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown backend ", options.backend, " (expected a lumen_backend value)"));

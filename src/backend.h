@@ -58,7 +58,7 @@ class Backend {
 };
 
 // Creates the backend an engine asked for (AUTO resolved here: CUDA when this build has it and
-// a device is present, else the CPU).
+// a device is present, else ROCm likewise, else the CPU).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const lumen_engine_options& options);
 
 }  // namespace lumen

@@ -16,4 +16,10 @@ absl::Status InputOutOfDomain(const char* tensor, const InputDomain& domain, flo
                               int64_t index, int64_t heads, int64_t per_head,
                               absl::Span<const int32_t> cu_seqlens);
 
+// The same error when the session is already known (a GPU finds it on the device): the
+// element sits at `session_token` of `session`, one of the call's `num_sessions`.
+absl::Status InputOutOfDomain(const char* tensor, const InputDomain& domain, float value,
+                              int64_t index, int64_t heads, int64_t per_head, int64_t session,
+                              int64_t session_token, int64_t num_sessions);
+
 }  // namespace lumen

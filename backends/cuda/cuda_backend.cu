@@ -2,15 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/create_cuda_backend.h"
 #include "backends/cuda/kernels/chunkwise.cuh"
 #include "backends/cuda/kernels/convert.cuh"
+#include "backends/cuda/kernels/prefill_tables.cuh"
 #include "backends/cuda/kernels/prepare_inputs.cuh"
 #include "backends/cuda/kernels/recurrent_step.cuh"
+#include "src/input_domain.h"
+#include "src/input_domain_error.h"
 #include "src/model.h"
 #include "src/status.h"
 
@@ -18,9 +20,9 @@ namespace lumen::cuda {
 namespace {
 
 absl::Status CudaError(cudaError_t error, const char* what) {
-  return LumenError(LUMEN_ERROR_BACKEND, absl::StrCat("CUDA error while ", what, ": ",
-                                                      cudaGetErrorName(error), " (",
-                                                      cudaGetErrorString(error), ")"));
+  return LumenError(LUMEN_ERROR_BACKEND,
+                    absl::StrCat(LUMEN_GPU_RUNTIME_NAME " error while ", what, ": ",
+                                 cudaGetErrorName(error), " (", cudaGetErrorString(error), ")"));
 }
 
 #define LUMEN_CUDA_RETURN_IF_ERROR(call, what)                        \
@@ -57,6 +59,8 @@ class ScratchLayout {
 
 }  // namespace
 
+// The CUDA factory; a HIP build has its own (backends/rocm/create_rocm_backend.cu).
+#if !defined(__HIP__)
 bool CudaDevicePresent(int32_t device) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -94,15 +98,24 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int32_t device) {
   if (absl::Status status = backend->Initialize(); !status.ok()) return status;
   return std::unique_ptr<Backend>(std::move(backend));
 }
+#endif
 
 CudaBackend::CudaBackend(int32_t device) : device_(device), pool_(device) {}
 
 absl::Status CudaBackend::Initialize() {
   LUMEN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "selecting the device");
+  int major = 0;
+  LUMEN_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_),
+      "reading the device's compute capability");
+  dependent_launch_ = LUMEN_GPU_NVIDIA_PATHS && major >= 9;  // the portable paths never overlap
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&scratch_free_, cudaEventDisableTiming),
                              "creating an event");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming),
-                             "creating an event");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaMalloc(&input_error_, sizeof(InputErrorRecord)),
+                             "allocating the input check's record");
+  LUMEN_CUDA_RETURN_IF_ERROR(ClearInputErrorRecord(input_error_, nullptr),
+                             "clearing the input check's record");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), "clearing the input check's record");
   return absl::OkStatus();
 }
 
@@ -111,10 +124,10 @@ CudaBackend::~CudaBackend() {
   cudaDeviceSynchronize();
   for (auto& [stream, event] : pending_) cudaEventDestroy(event);
   if (scratch_free_ != nullptr) cudaEventDestroy(scratch_free_);
-  if (staging_free_ != nullptr) cudaEventDestroy(staging_free_);
   cudaFree(scratch_);
-  cudaFreeHost(staging_);
+  for (void* retired : retired_scratch_) cudaFree(retired);
   cudaFree(parameters_);
+  cudaFree(input_error_);
   cudaGetLastError();
 }
 
@@ -129,7 +142,35 @@ absl::Status CudaBackend::WaitForLayerCalls() {
     cudaEventDestroy(event);
   }
   pending_.clear();
-  return absl::OkStatus();
+  if (!unread_input_checks_ && !captured_input_checks_) return absl::OkStatus();
+  // Graph replays are not tracked: the device may still be running one.
+  if (captured_input_checks_) {
+    LUMEN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "running an earlier layer call");
+  }
+  unread_input_checks_ = false;
+  return TakeInputError(/*earlier=*/true);
+}
+
+absl::Status CudaBackend::TakeInputError(bool earlier) {
+  InputErrorRecord record;
+  LUMEN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(&record, input_error_, sizeof(record), cudaMemcpyDeviceToHost),
+      "reading the input check's record");
+  if (record.error == kNoInputError) return absl::OkStatus();
+  LUMEN_CUDA_RETURN_IF_ERROR(ClearInputErrorRecord(input_error_, nullptr),
+                             "clearing the input check's record");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), "clearing the input check's record");
+  static constexpr const char* kTensors[] = {"q", "k", "g", "v", "beta"};
+  static constexpr InputDomain kDomains[] = {kFiniteValues, kLogGateValues, kUnitValues};
+  const absl::Status status = InputOutOfDomain(
+      kTensors[record.error >> kInputIndexBits], kDomains[record.domain], record.value,
+      static_cast<int64_t>(record.error & ((1ull << kInputIndexBits) - 1)), record.heads,
+      record.per_head, record.session, record.session_token, record.num_sessions);
+  if (!earlier) return status;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "a layer call on device buffers enqueued before this call failed its input check (",
+      status.message(), "); the layer calls enqueued after it until this report changed "
+      "nothing either, and this call did nothing"));
 }
 
 absl::Status CudaBackend::TrackAsyncWork(cudaStream_t stream) {
@@ -148,29 +189,19 @@ absl::Status CudaBackend::TrackAsyncWork(cudaStream_t stream) {
 }
 
 absl::Status CudaBackend::LoadModel(const Model& model) {
-  // The short convolution and Mamba-2's dt scaling and D skip (SPEC section 6) have no
-  // kernels here yet; refuse them rather than run the layer without them.
-  for (int32_t i = 0; i < model.num_layers(); ++i) {
-    const LayerSpec& spec = model.layer(i);
-    if (spec.conv_size > 0) {
-      return LumenError(LUMEN_ERROR_UNSUPPORTED,
-                        absl::StrCat("layer ", i, " has a short convolution (conv_size ",
-                                     spec.conv_size, "), which the CUDA backend does not run "
-                                     "yet: use the CPU backend"));
-    }
-    if (spec.family == Family::kSsd && spec.gate_raw) {
-      return LumenError(LUMEN_ERROR_UNSUPPORTED,
-                        absl::StrCat("layer ", i, " is a Mamba-2 layer (ssd with gate_raw), "
-                                     "which the CUDA backend does not run yet: use the CPU "
-                                     "backend"));
-    }
-  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (absl::Status status = UseDevice(); !status.ok()) return status;
-  // Every layer's parameters in one device allocation: A_log, dt_bias, log(gamma).
+  // Every layer's parameters in one device allocation: A_log, dt_bias, log(gamma), the
+  // convolution's weights and biases, D.
   std::vector<float> host;
   struct Offsets {
-    int64_t a_log = -1, dt_bias = -1, log_decay = -1;
+    int64_t a_log = -1, dt_bias = -1, log_decay = -1, d_skip = -1;
+    int64_t conv_weight[kConvParts] = {-1, -1, -1}, conv_bias[kConvParts] = {-1, -1, -1};
+  };
+  auto append = [&host](const std::vector<float>& values) {
+    const int64_t at = static_cast<int64_t>(host.size());
+    host.insert(host.end(), values.begin(), values.end());
+    return values.empty() ? int64_t{-1} : at;
   };
   std::vector<Offsets> offsets(model.num_layers());
   for (int32_t i = 0; i < model.num_layers(); ++i) {
@@ -187,6 +218,11 @@ absl::Status CudaBackend::LoadModel(const Model& model) {
       offsets[i].log_decay = static_cast<int64_t>(host.size());
       for (float gamma : spec.decay) host.push_back(std::log(gamma));
     }
+    for (int32_t part = 0; part < kConvParts; ++part) {
+      offsets[i].conv_weight[part] = append(spec.conv_weight[part]);
+      offsets[i].conv_bias[part] = append(spec.conv_bias[part]);
+    }
+    offsets[i].d_skip = append(spec.d_skip);
   }
   float* device = nullptr;
   if (!host.empty()) {
@@ -229,6 +265,22 @@ absl::Status CudaBackend::LoadModel(const Model& model) {
     }
     if (offsets[i].log_decay >= 0) config.fixed_log_decay = device + offsets[i].log_decay;
     layers_[&spec] = config;
+    const bool mamba2 = spec.family == Family::kSsd && spec.gate_raw;
+    if (spec.conv_size == 0 && !mamba2) continue;
+    ConvLayer conv;
+    conv.width = spec.conv_size;
+    conv.silu = spec.conv_activation == ConvActivation::kSilu;
+    for (int32_t part = 0; part < kConvParts; ++part) {
+      conv.channels[part] = spec.conv_channels(part);
+      conv.window_offset[part] = spec.conv_offset(part);
+      if (offsets[i].conv_weight[part] >= 0) {
+        conv.weight[part] = device + offsets[i].conv_weight[part];
+      }
+      if (offsets[i].conv_bias[part] >= 0) conv.bias[part] = device + offsets[i].conv_bias[part];
+    }
+    conv.mamba2 = mamba2;
+    if (mamba2 && offsets[i].d_skip >= 0) conv.d_skip = device + offsets[i].d_skip;
+    conv_layers_[&spec] = conv;
   }
   return absl::OkStatus();
 }
@@ -294,7 +346,13 @@ absl::Status CudaBackend::EnsureScratch(int64_t bytes, bool capturing) {
                       "stream is being captured; run the call once before capturing it");
   }
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(scratch_free_), "waiting for the scratch");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaFree(scratch_), "freeing the scratch");
+  if (scratch_captured_) {
+    // Graphs captured with the old buffer may be replayed: it lives as long as the engine.
+    if (scratch_ != nullptr) retired_scratch_.push_back(scratch_);
+    scratch_captured_ = false;
+  } else {
+    LUMEN_CUDA_RETURN_IF_ERROR(cudaFree(scratch_), "freeing the scratch");
+  }
   scratch_ = nullptr;
   scratch_bytes_ = 0;
   const int64_t size = std::max(bytes, int64_t{1} << 20);
@@ -311,40 +369,148 @@ absl::Status CudaBackend::EnsureScratch(int64_t bytes, bool capturing) {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::EnsureStaging(int64_t bytes) {
-  // The previous call's table copies may still be reading the staging buffer.
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staging_free_), "waiting for a copy");
-  if (bytes <= staging_bytes_) return absl::OkStatus();
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaFreeHost(staging_), "freeing pinned memory");
-  staging_ = nullptr;
-  staging_bytes_ = 0;
-  const int64_t size = std::max(bytes, int64_t{64} << 10);
-  const cudaError_t error = cudaMallocHost(&staging_, size);
-  if (error != cudaSuccess) {
-    cudaGetLastError();
-    staging_ = nullptr;
-    return LumenError(LUMEN_ERROR_OUT_OF_MEMORY,
-                      absl::StrCat("cannot allocate ", size, " bytes of pinned host memory"));
-  }
-  staging_bytes_ = size;
-  return absl::OkStatus();
+namespace {
+
+bool IsMamba2(const LayerSpec& spec) { return spec.family == Family::kSsd && spec.gate_raw; }
+
+// Where the convolution and Mamba-2 passes put their results in their part of the scratch
+// (byte offsets; -1 = not used): the fp32 inputs the other kernels read instead of the raw
+// ones and, for a step with D, the fp32 output the skip is added to.
+struct ExtrasPlan {
+  int64_t q = -1, k = -1, v = -1, x = -1, g = -1, beta = -1, o = -1;
+  int64_t total = 0;
+};
+
+ExtrasPlan PlanExtras(const LayerSpec& spec, const LayerRun& run) {
+  ExtrasPlan plan;
+  const bool mamba2 = IsMamba2(spec);
+  if (spec.conv_size == 0 && !mamba2) return plan;
+  const int64_t T = run.num_tokens();
+  const int64_t values = T * spec.num_value_heads * spec.value_dim * 4;
+  ScratchLayout layout;
+  plan.q = layout.Add(T * spec.num_heads * spec.key_dim * 4);
+  plan.k = layout.Add(T * spec.num_heads * spec.key_dim * 4);
+  plan.v = layout.Add(values);
+  const bool skip = mamba2 && !spec.d_skip.empty();
+  if (skip) plan.x = layout.Add(values);
+  if (spec.needs_g_input()) plan.g = layout.Add(T * spec.g_per_token() * 4);
+  if (spec.delta_rule()) plan.beta = layout.Add(T * spec.num_value_heads * 4);
+  if (skip && !run.chunkwise) plan.o = layout.Add(values);
+  plan.total = layout.total();
+  return plan;
 }
 
+template <typename T>
+T* At(char* base, int64_t offset) {
+  return offset >= 0 ? reinterpret_cast<T*>(base + offset) : nullptr;
+}
+
+// The fp32 arrays of `plan` (in `extras`) as the raw inputs of the kernels after it.
+RawInputs ExtrasAsInputs(const ExtrasPlan& plan, char* extras) {
+  RawInputs inputs;
+  inputs.q = At<float>(extras, plan.q);
+  inputs.k = At<float>(extras, plan.k);
+  inputs.v = At<float>(extras, plan.v);
+  inputs.g = At<float>(extras, plan.g);
+  inputs.beta = At<float>(extras, plan.beta);
+  inputs.dtype = kFloat32;
+  return inputs;
+}
+
+ConvOutputs ExtrasOutputs(const ExtrasPlan& plan, char* extras) {
+  ConvOutputs out;
+  out.q = At<float>(extras, plan.q);
+  out.k = At<float>(extras, plan.k);
+  out.v = At<float>(extras, plan.v);
+  out.x = At<float>(extras, plan.x);
+  out.g = At<float>(extras, plan.g);
+  out.beta = At<float>(extras, plan.beta);
+  return out;
+}
+
+// g and beta as fp32 into the extras (the convolution pass converts q, k and v).
+cudaError_t LaunchGatesToFloats(const LayerSpec& spec, const RawInputs& inputs, int64_t T,
+                                const ConvOutputs& out, cudaStream_t stream) {
+  cudaError_t error = cudaSuccess;
+  if (out.g != nullptr) {
+    error = LaunchToFloats(inputs.g, inputs.dtype, out.g, T * spec.g_per_token(), stream);
+  }
+  if (error == cudaSuccess && out.beta != nullptr) {
+    error = LaunchToFloats(inputs.beta, inputs.dtype, out.beta, T * spec.num_value_heads,
+                           stream);
+  }
+  return error;
+}
+
+}  // namespace
+
 absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
-                                   const RawInputs& inputs, void* o, cudaStream_t stream) {
+                                   const RawInputs& inputs, void* o, char* extras,
+                                   cudaStream_t stream) {
+  const LayerConfig& layer = layers_.at(&spec);
+  const int32_t n = run.num_sessions();
+  if (run.check_values) {
+    LUMEN_CUDA_RETURN_IF_ERROR(LaunchCheckInputs(layer, inputs, n, n, nullptr, true, false,
+                                                 input_error_, stream),
+                               "launching the input check");
+  }
+  const auto conv = conv_layers_.find(&spec);
+  const bool has_extras = conv != conv_layers_.end();
+  const ExtrasPlan plan = PlanExtras(spec, run);
+  const ConvOutputs prepared = ExtrasOutputs(plan, extras);
+  ConvCall call;
+  call.num_sessions = n;
+  call.num_tokens = n;
+  call.max_seqlen = 1;
+  call.state_bf16 = spec.state_dtype == DType::kBFloat16;
+  if (has_extras) {
+    LUMEN_CUDA_RETURN_IF_ERROR(LaunchGatesToFloats(spec, inputs, n, prepared, stream),
+                               "launching the input conversion");
+  }
+
   StepArgs args;
-  args.layer = layers_.at(&spec);
-  args.inputs = inputs;
-  args.o = o;
-  args.out_dtype = run.output->dtype;
-  args.state_bf16 = spec.state_dtype == DType::kBFloat16;
-  StepStates states;
-  for (int32_t first = 0; first < run.num_sessions(); first += kStepSessionsPerLaunch) {
+  args.layer = layer;
+  args.inputs = has_extras ? ExtrasAsInputs(plan, extras) : inputs;
+  float* o32 = At<float>(extras, plan.o);  // Mamba-2 with D: the skip is added afterwards
+  args.o = o32 != nullptr ? o32 : o;
+  args.out_dtype = o32 != nullptr ? kFloat32 : run.output->dtype;
+  args.state_bf16 = call.state_bf16;
+  args.input_error = input_error_;
+  SessionStates states;
+  for (int32_t first = 0; first < n; first += kStepSessionsPerLaunch) {
     args.first_session = first;
-    args.num_sessions = std::min(kStepSessionsPerLaunch, run.num_sessions() - first);
-    for (int32_t s = 0; s < args.num_sessions; ++s) states.layer_state[s] = run.states[first + s];
-    LUMEN_CUDA_RETURN_IF_ERROR(LaunchRecurrentStep(args, states, stream),
+    args.num_sessions = std::min(kStepSessionsPerLaunch, n - first);
+    for (int32_t s = 0; s < args.num_sessions; ++s) {
+      states.values.layer_state[s] = run.states[first + s];
+    }
+    states.first = first;
+    if (has_extras) {
+      LUMEN_CUDA_RETURN_IF_ERROR(LaunchConvInputs(layer, conv->second, inputs, call, states,
+                                                  args.num_sessions, prepared, stream),
+                                 "launching the convolution");
+    }
+    // Only the first launch comes right after the check (sm_90 only: see StepArgs).
+    args.follows_check = dependent_launch_ && run.check_values && !has_extras && first == 0;
+    LUMEN_CUDA_RETURN_IF_ERROR(LaunchRecurrentStep(args, states.values, stream),
                                "launching the step kernel");
+  }
+  if (o32 != nullptr) {
+    LUMEN_CUDA_RETURN_IF_ERROR(
+        LaunchFinishOutput(o32, prepared.x, conv->second.d_skip, spec.num_value_heads,
+                           spec.value_dim, o, run.output->dtype,
+                           int64_t{n} * spec.num_value_heads * spec.value_dim, input_error_,
+                           stream),
+        "launching the output pass");
+  }
+  if (has_extras && spec.conv_size > 1) {
+    for (int32_t first = 0; first < n; first += kStepSessionsPerLaunch) {
+      const int32_t count = std::min(kStepSessionsPerLaunch, n - first);
+      for (int32_t s = 0; s < count; ++s) states.values.layer_state[s] = run.states[first + s];
+      states.first = first;
+      LUMEN_CUDA_RETURN_IF_ERROR(LaunchCommitWindows(conv->second, inputs, call, states, count,
+                                                     input_error_, stream),
+                                 "launching the window update");
+    }
   }
   return absl::OkStatus();
 }
@@ -352,7 +518,7 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
 namespace {
 
 // Where a prefill's arrays sit in its part of the scratch (byte offsets; -1 = not used). The
-// device tables come first, laid out as in the pinned staging buffer they are copied from.
+// device tables come first (written by LaunchWritePrefillTables).
 struct PrefillPlan {
   int64_t cu_seqlens = -1;   // int32 [N + 1]
   int64_t states = -1;       // float* [N]: the fp32 state of each session (or its wide copy)
@@ -388,7 +554,8 @@ ChunkwiseArgs ChunkwiseShape(const LayerSpec& spec, const LayerRun& run) {
   return args;
 }
 
-PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run) {
+// `input_dtype`: the dtype of the inputs the preparation reads (fp32 after the convolution).
+PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run, int32_t input_dtype) {
   PrefillPlan plan;
   const int64_t n = run.num_sessions();
   const bool bf16 = spec.state_dtype == DType::kBFloat16;
@@ -412,7 +579,7 @@ PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run) {
   const int64_t qk = T * spec.num_heads * spec.key_dim * 4;
   plan.q = layout.Add(qk);
   plan.k = layout.Add(qk);
-  if (run.inputs->dtype != LUMEN_DTYPE_FLOAT32) {
+  if (input_dtype != LUMEN_DTYPE_FLOAT32) {
     plan.v = layout.Add(T * spec.num_value_heads * spec.value_dim * 4);
   }
   if (spec.gate_kind() != GateKind::kNone) {
@@ -442,53 +609,77 @@ PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run) {
   return plan;
 }
 
-}  // namespace
-
-int64_t CudaBackend::PrefillScratchBytes(const LayerSpec& spec, const LayerRun& run) const {
-  return PlanPrefill(spec, run).total;
+// The dtype of the inputs the prefill's preparation reads: fp32 after the convolution pass.
+int32_t PreparedInputDtype(const LayerSpec& spec, const LayerRun& run) {
+  return spec.conv_size > 0 || IsMamba2(spec) ? LUMEN_DTYPE_FLOAT32 : run.inputs->dtype;
 }
 
+}  // namespace
+
 absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
-                                     const RawInputs& inputs, void* o, char* scratch,
-                                     cudaStream_t stream) {
-  const PrefillPlan plan = PlanPrefill(spec, run);
+                                     const RawInputs& inputs, void* o, char* extras,
+                                     char* scratch, cudaStream_t stream) {
+  const PrefillPlan plan = PlanPrefill(spec, run, PreparedInputDtype(spec, run));
   const int32_t n = run.num_sessions();
   const int64_t count = StateCount(spec);
+  const int64_t T = run.num_tokens();
 
-  // The device tables, through pinned memory.
-  if (absl::Status status = EnsureStaging(plan.tables_bytes); !status.ok()) return status;
-  char* staging = static_cast<char*>(staging_);
-  std::memcpy(staging + plan.cu_seqlens, run.cu_seqlens.data(), (n + 1) * sizeof(int32_t));
-  float** states = reinterpret_cast<float**>(staging + plan.states);
+  // The device tables.
+  PrefillTables tables;
+  tables.cu_seqlens = reinterpret_cast<int32_t*>(scratch + plan.cu_seqlens);
+  tables.states = reinterpret_cast<float**>(scratch + plan.states);
+  if (plan.normalizers >= 0) tables.normalizers = reinterpret_cast<float**>(scratch + plan.normalizers);
+  if (plan.stored >= 0) tables.stored = reinterpret_cast<void**>(scratch + plan.stored);
+  if (plan.wide >= 0) tables.wide = reinterpret_cast<float*>(scratch + plan.wide);
+  tables.count = count;
+  tables.matrix_count = spec.matrix_count();
+  LUMEN_CUDA_RETURN_IF_ERROR(LaunchWritePrefillTables(tables, run.states, run.cu_seqlens, stream),
+                             "writing a prefill's tables");
+  int32_t* device_cu_seqlens = tables.cu_seqlens;
+  // Each session's layer state as stored (the fp32 table holds the blocks themselves).
+  void* const* layer_states =
+      reinterpret_cast<void* const*>(scratch + (plan.stored >= 0 ? plan.stored : plan.states));
+
+  // The check, which also holds a failing call's sequences at length 0 (or an earlier failing
+  // call's), so that nothing below changes a state.
+  const LayerConfig& layer = layers_.at(&spec);
+  LUMEN_CUDA_RETURN_IF_ERROR(LaunchCheckInputs(layer, inputs, T, n, device_cu_seqlens,
+                                               run.check_values, true, input_error_, stream),
+                             "launching the input check");
+
+  const auto conv = conv_layers_.find(&spec);
+  const bool has_extras = conv != conv_layers_.end();
+  const ExtrasPlan extras_plan = PlanExtras(spec, run);
+  const ConvOutputs converted = ExtrasOutputs(extras_plan, extras);
+  ConvCall call;
+  call.num_sessions = n;
+  call.num_tokens = T;
+  call.cu_seqlens = device_cu_seqlens;
+  call.state_bf16 = spec.state_dtype == DType::kBFloat16;
   for (int32_t s = 0; s < n; ++s) {
-    states[s] = plan.wide >= 0 ? reinterpret_cast<float*>(scratch + plan.wide) + s * count
-                               : static_cast<float*>(run.states[s]);
+    call.max_seqlen = std::max(call.max_seqlen, run.cu_seqlens[s + 1] - run.cu_seqlens[s]);
   }
-  if (plan.normalizers >= 0) {
-    float** normalizers = reinterpret_cast<float**>(staging + plan.normalizers);
-    for (int32_t s = 0; s < n; ++s) normalizers[s] = states[s] + spec.matrix_count();
+  SessionStates session_states;
+  session_states.table = layer_states;
+  RawInputs raw = inputs;
+  if (has_extras) {
+    LUMEN_CUDA_RETURN_IF_ERROR(LaunchGatesToFloats(spec, inputs, T, converted, stream),
+                               "launching the input conversion");
+    LUMEN_CUDA_RETURN_IF_ERROR(LaunchConvInputs(layer, conv->second, inputs, call,
+                                                session_states, n, converted, stream),
+                               "launching the convolution");
+    raw = ExtrasAsInputs(extras_plan, extras);
   }
-  if (plan.stored >= 0) {
-    void** stored = reinterpret_cast<void**>(staging + plan.stored);
-    for (int32_t s = 0; s < n; ++s) stored[s] = run.states[s];
-  }
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scratch, staging, plan.tables_bytes,
-                                             cudaMemcpyHostToDevice, stream),
-                             "copying a prefill's tables");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging_free_, stream), "recording an event");
-  const int32_t* device_cu_seqlens = reinterpret_cast<const int32_t*>(scratch + plan.cu_seqlens);
 
   const bool bf16 = spec.state_dtype == DType::kBFloat16;
-  const LayerConfig& layer = layers_.at(&spec);
   PreparedInputs prepared;
   prepared.q = reinterpret_cast<float*>(scratch + plan.q);
   prepared.k = reinterpret_cast<float*>(scratch + plan.k);
   if (plan.v >= 0) prepared.v = reinterpret_cast<float*>(scratch + plan.v);
   if (plan.log_decay >= 0) prepared.log_decay = reinterpret_cast<float*>(scratch + plan.log_decay);
   if (plan.beta >= 0) prepared.beta = reinterpret_cast<float*>(scratch + plan.beta);
-  LUMEN_CUDA_RETURN_IF_ERROR(
-      LaunchPrepareInputs(layer, inputs, run.num_tokens(), prepared, stream),
-      "launching the input preparation");
+  LUMEN_CUDA_RETURN_IF_ERROR(LaunchPrepareInputs(layer, raw, T, prepared, stream),
+                             "launching the input preparation");
   if (bf16) {
     LUMEN_CUDA_RETURN_IF_ERROR(
         LaunchWidenStates(reinterpret_cast<const void* const*>(scratch + plan.stored),
@@ -499,7 +690,7 @@ absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
   ChunkwiseArgs args = ChunkwiseShape(spec, run);
   args.q = prepared.q;
   args.k = prepared.k;
-  args.v = plan.v >= 0 ? prepared.v : static_cast<const float*>(inputs.v);
+  args.v = plan.v >= 0 ? prepared.v : static_cast<const float*>(raw.v);
   args.log_decay = prepared.log_decay;
   args.beta = prepared.beta;
   float* o_fp32 = plan.o >= 0 ? reinterpret_cast<float*>(scratch + plan.o) : static_cast<float*>(o);
@@ -518,12 +709,18 @@ absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
                            stream),
         "rounding bf16 states");
   }
-  if (plan.o >= 0) {
-    LUMEN_CUDA_RETURN_IF_ERROR(LaunchStoreFloats(o_fp32, o, run.output->dtype,
-                                                 run.num_tokens() * spec.num_value_heads *
-                                                     spec.value_dim,
-                                                 stream),
-                               "converting the output");
+  const float* d_skip = has_extras ? conv->second.d_skip : nullptr;
+  if (plan.o >= 0 || d_skip != nullptr) {
+    LUMEN_CUDA_RETURN_IF_ERROR(
+        LaunchFinishOutput(o_fp32, d_skip != nullptr ? converted.x : nullptr, d_skip,
+                           spec.num_value_heads, spec.value_dim, o, run.output->dtype,
+                           T * spec.num_value_heads * spec.value_dim, input_error_, stream),
+        "launching the output pass");
+  }
+  if (has_extras && spec.conv_size > 1) {
+    LUMEN_CUDA_RETURN_IF_ERROR(LaunchCommitWindows(conv->second, inputs, call, session_states,
+                                                   n, input_error_, stream),
+                               "launching the window update");
   }
   return absl::OkStatus();
 }
@@ -545,13 +742,13 @@ absl::Status CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   const int64_t g_bytes = T * spec.g_per_token() * in_size;
   const int64_t beta_bytes = spec.delta_rule() ? T * spec.num_value_heads * in_size : 0;
   const int64_t o_count = T * spec.num_value_heads * spec.value_dim;
-  if (run.chunkwise && capturing) {
-    return LumenError(LUMEN_ERROR_UNSUPPORTED,
-                      "a prefill cannot be captured in a CUDA graph (it copies its tables "
-                      "through pinned memory); capture steps");
+  // A call that synchronises reports its own input error: report an earlier one first.
+  if ((host_inputs || host_output) && (unread_input_checks_ || captured_input_checks_)) {
+    if (absl::Status status = WaitForLayerCalls(); !status.ok()) return status;
   }
 
-  // Scratch: host inputs and output copied through the device, and the prefill's arrays.
+  // Scratch: host inputs and output copied through the device, the convolution's results and
+  // the prefill's arrays.
   ScratchLayout layout;
   int64_t q_at = -1, k_at = -1, v_at = -1, g_at = -1, beta_at = -1, o_at = -1;
   if (host_inputs) {
@@ -563,12 +760,16 @@ absl::Status CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   }
   if (host_output) o_at = layout.Add(o_count * out_size);
   const int64_t host_io_bytes = layout.total();
-  const int64_t prefill_bytes = run.chunkwise ? PrefillScratchBytes(spec, run) : 0;
-  const bool uses_scratch = host_io_bytes + prefill_bytes > 0;
+  const int64_t extras_bytes = PlanExtras(spec, run).total;
+  const int64_t prefill_bytes =
+      run.chunkwise ? PlanPrefill(spec, run, PreparedInputDtype(spec, run)).total : 0;
+  const int64_t scratch_bytes = host_io_bytes + extras_bytes + prefill_bytes;
+  const bool uses_scratch = scratch_bytes > 0;
   if (uses_scratch) {
-    if (absl::Status s = EnsureScratch(host_io_bytes + prefill_bytes, capturing); !s.ok()) {
+    if (absl::Status s = EnsureScratch(scratch_bytes, capturing); !s.ok()) {
       return s;
     }
+    if (capturing) scratch_captured_ = true;
     // An earlier asynchronous call on another stream may still be reading the scratch.
     if (!capturing) {
       LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, scratch_free_, 0),
@@ -605,19 +806,29 @@ absl::Status CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   }
   void* o = host_output ? scratch + o_at : out.o;
 
-  absl::Status status = run.chunkwise
-                            ? RunPrefill(spec, run, inputs, o, scratch + host_io_bytes, stream)
-                            : RunSteps(spec, run, inputs, o, stream);
+  char* extras = scratch + host_io_bytes;
+  absl::Status status =
+      run.chunkwise ? RunPrefill(spec, run, inputs, o, extras, extras + extras_bytes, stream)
+                    : RunSteps(spec, run, inputs, o, extras, stream);
   if (!status.ok()) return status;
 
-  if (host_output) {
-    LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.o, o, o_count * out_size,
-                                               cudaMemcpyDeviceToHost, stream),
-                               "copying the output to the host");
-  }
   if (host_inputs || host_output) {
     LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "running the layer call");
+    // A failing call changed no state; its output is not copied back either.
+    if (run.check_values) {
+      if (absl::Status input = TakeInputError(/*earlier=*/false); !input.ok()) return input;
+    }
+    if (host_output) {
+      LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.o, o, o_count * out_size,
+                                                 cudaMemcpyDeviceToHost, stream),
+                                 "copying the output to the host");
+      LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "copying the output");
+    }
     return absl::OkStatus();
+  }
+  if (run.check_values) {
+    unread_input_checks_ = true;
+    if (capturing) captured_input_checks_ = true;
   }
   if (capturing) return absl::OkStatus();
   if (uses_scratch) {

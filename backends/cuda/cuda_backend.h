@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "backends/cuda/gpu_compat.cuh"
+#include "backends/cuda/kernels/input_check.cuh"
 #include "backends/cuda/kernels/layer_math.cuh"
+#include "backends/cuda/kernels/short_conv.cuh"
 #include "backends/cuda/state_pool.h"
 #include "src/backend.h"
 
@@ -22,7 +24,7 @@ class CudaBackend : public Backend {
   // Selects the device and creates the backend's events; called once after construction.
   absl::Status Initialize();
 
-  lumen_backend kind() const override { return LUMEN_BACKEND_CUDA; }
+  lumen_backend kind() const override { return LUMEN_GPU_BACKEND; }  // CUDA, or ROCm as HIP
   int32_t num_threads() const override { return 1; }
   bool Accepts(lumen_memory memory) const override {
     return memory == LUMEN_MEMORY_HOST || memory == LUMEN_MEMORY_DEVICE;
@@ -42,37 +44,47 @@ class CudaBackend : public Backend {
  private:
   // Makes the engine's device current for the calling thread.
   absl::Status UseDevice();
-  // Waits for every asynchronous layer call made so far; reports a failed kernel.
+  // Waits for every asynchronous layer call made so far; reports a failed kernel, and an input
+  // error one of those calls recorded (see TakeInputError).
   absl::Status WaitForLayerCalls();
+  // Reads the input check's record after the work that may have written it has finished: an
+  // error there becomes INVALID_ARGUMENT (the CPU's message; `earlier` says it belongs to an
+  // asynchronous call before this one) and the record is emptied.
+  absl::Status TakeInputError(bool earlier);
   // Remembers that `stream` has asynchronous work of this engine.
   absl::Status TrackAsyncWork(cudaStream_t stream);
 
   absl::Status EnsureScratch(int64_t bytes, bool capturing);
-  absl::Status EnsureStaging(int64_t bytes);
 
+  // `extras` is the scratch of the convolution and Mamba-2 passes (PlanExtras), `scratch` the
+  // prefill's own.
   absl::Status RunSteps(const LayerSpec& spec, const LayerRun& run, const RawInputs& inputs,
-                        void* o, cudaStream_t stream);
-  // Device scratch a prefill needs beyond the host-buffer copies.
-  int64_t PrefillScratchBytes(const LayerSpec& spec, const LayerRun& run) const;
+                        void* o, char* extras, cudaStream_t stream);
   absl::Status RunPrefill(const LayerSpec& spec, const LayerRun& run, const RawInputs& inputs,
-                          void* o, char* scratch, cudaStream_t stream);
+                          void* o, char* extras, char* scratch, cudaStream_t stream);
 
   const int32_t device_;
-  std::mutex mutex_;  // one call at a time owns the pool, the scratch and the staging buffer
+  bool dependent_launch_ = false;  // sm_90 or newer: steps overlap the input check
+  std::mutex mutex_;  // one call at a time owns the pool and the scratch
   StatePool pool_;
 
   std::unordered_map<const LayerSpec*, LayerConfig> layers_;  // set once by LoadModel
+  // Layers with a short convolution or Mamba-2's extras (set once by LoadModel).
+  std::unordered_map<const LayerSpec*, ConvLayer> conv_layers_;
   void* parameters_ = nullptr;  // device copies of every layer's parameter arrays
 
   void* scratch_ = nullptr;  // device scratch of calls with host buffers and of prefills
   int64_t scratch_bytes_ = 0;
   cudaEvent_t scratch_free_ = nullptr;  // recorded after the last asynchronous use
+  bool scratch_captured_ = false;        // a graph captured a call using scratch_
+  std::vector<void*> retired_scratch_;   // outgrown buffers that captured graphs may use
 
-  void* staging_ = nullptr;  // pinned host memory for the device tables of a prefill
-  int64_t staging_bytes_ = 0;
-  cudaEvent_t staging_free_ = nullptr;  // recorded after the last copy out of it
 
   std::vector<std::pair<cudaStream_t, cudaEvent_t>> pending_;  // streams with async work
+
+  InputErrorRecord* input_error_ = nullptr;  // device memory: the input check's record
+  bool unread_input_checks_ = false;  // asynchronous checked calls since the record was read
+  bool captured_input_checks_ = false;  // a checked call was captured: replays may fail later
 };
 
 }  // namespace lumen::cuda

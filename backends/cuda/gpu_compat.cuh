@@ -1,31 +1,114 @@
 #pragma once
 // The one place that names the GPU runtime. The CUDA backend's sources use CUDA's spellings;
-// a HIP build (the later ROCm backend) maps them here instead of forking the sources, as
-// ggml's vendors/hip.h does. Kernels never write a literal warp width: kWarpSize.
+// the ROCm build compiles the same files as HIP (backends/rocm/sources.cmake), and this header
+// maps the spellings there instead of forking the sources, as ggml's vendors/hip.h does.
+// Kernels never write a literal warp width: kWarpSize.
+//
+// The HIP build also compiles these files with `cuda` defined as `rocm`, so its code lands in
+// namespace lumen::rocm and a library may hold both backends (backends/rocm/sources.cmake).
 
-#if defined(__HIP_PLATFORM_AMD__)
-#include <hip/hip_bf16.h>
+#if defined(__HIP__)
+#include <hip/hip_bfloat16.h>
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
+
+// Runtime types and constants.
+#define cudaDeviceProp hipDeviceProp_t
+#define cudaDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
 #define cudaError_t hipError_t
-#define cudaSuccess hipSuccess
-#define cudaStream_t hipStream_t
 #define cudaEvent_t hipEvent_t
-#define cudaGetLastError hipGetLastError
-#define cudaGetErrorString hipGetErrorString
+#define cudaStream_t hipStream_t
+#define cudaStreamCaptureStatus hipStreamCaptureStatus
+#define cudaStreamCaptureStatusNone hipStreamCaptureStatusNone
+#define cudaSuccess hipSuccess
+#define cudaErrorInvalidValue hipErrorInvalidValue
+#define cudaErrorMemoryAllocation hipErrorOutOfMemory
+#define cudaEventDisableTiming hipEventDisableTiming
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaFuncAttributePreferredSharedMemoryCarveout \
+  hipFuncAttributePreferredSharedMemoryCarveout
+#define cudaSharedmemCarveoutMaxShared 100
+// Runtime calls (HIP 5.2's API).
+#define cudaDeviceGetAttribute hipDeviceGetAttribute
+#define cudaDeviceSynchronize hipDeviceSynchronize
+#define cudaEventCreateWithFlags hipEventCreateWithFlags
+#define cudaEventDestroy hipEventDestroy
+#define cudaEventRecord hipEventRecord
+#define cudaEventSynchronize hipEventSynchronize
+#define cudaFree hipFree
+#define cudaFreeHost hipHostFree
+#define cudaFuncSetAttribute LumenHipFuncSetAttribute
+#define cudaGetDeviceCount hipGetDeviceCount
+#define cudaGetDeviceProperties hipGetDeviceProperties
 #define cudaGetErrorName hipGetErrorName
+#define cudaGetErrorString hipGetErrorString
+#define cudaGetLastError hipGetLastError
+#define cudaMalloc hipMalloc
+#define cudaMallocHost hipHostMalloc
+#define cudaMemGetInfo hipMemGetInfo
+#define cudaMemcpy hipMemcpy
+#define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemset hipMemset
+#define cudaMemsetAsync hipMemsetAsync
+#define cudaSetDevice hipSetDevice
+#define cudaStreamIsCapturing hipStreamIsCapturing
+#define cudaStreamSynchronize hipStreamSynchronize
+#define cudaStreamWaitEvent hipStreamWaitEvent
+
+// AMD GPUs have a fixed local data share and no shared-memory carveout to prefer: that hint
+// is a no-op there; every other attribute goes to the runtime.
+inline hipError_t LumenHipFuncSetAttribute(const void* kernel, hipFuncAttribute attribute,
+                                           int value) {
+  if (attribute == hipFuncAttributePreferredSharedMemoryCarveout) return hipSuccess;
+  return hipFuncSetAttribute(kernel, attribute, value);
+}
+
+// bf16: HIP 5.2 has no cuda_bf16.h counterpart, only hip_bfloat16 (one uint16_t, converted
+// from float with round-to-nearest-even), so the few intrinsics used are spelled here.
 #define __nv_bfloat16 hip_bfloat16
+struct LumenHipBFloat162 {
+  hip_bfloat16 x, y;
+};
+#define __nv_bfloat162 LumenHipBFloat162
+__device__ __forceinline__ float __bfloat162float(hip_bfloat16 value) {
+  return static_cast<float>(value);
+}
+__device__ __forceinline__ hip_bfloat16 __float2bfloat16_rn(float value) {
+  return hip_bfloat16(value);
+}
+__device__ __forceinline__ float __low2float(LumenHipBFloat162 pair) {
+  return static_cast<float>(pair.x);
+}
+__device__ __forceinline__ float __high2float(LumenHipBFloat162 pair) {
+  return static_cast<float>(pair.y);
+}
+__device__ __forceinline__ LumenHipBFloat162 __floats2bfloat162_rn(float low, float high) {
+  return {hip_bfloat16(low), hip_bfloat16(high)};
+}
+
+// What the shared backend code calls its runtime and itself (LUMEN_GPU_BACKEND needs lumen.h).
+#define LUMEN_GPU_RUNTIME_NAME "HIP"
+#define LUMEN_GPU_BACKEND LUMEN_BACKEND_ROCM
+#define LUMEN_GPU_BACKEND_NAME "ROCm"
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#define LUMEN_GPU_RUNTIME_NAME "CUDA"
+#define LUMEN_GPU_BACKEND LUMEN_BACKEND_CUDA
+#define LUMEN_GPU_BACKEND_NAME "CUDA"
 #endif
+
+#include "backends/cuda/lane_sums.h"
 
 // Kernels that use NVIDIA-only instructions (cp.async, mma.sync, ...) keep a portable path
 // behind the same interface, chosen at compile time: a HIP build takes it, and so does a CUDA
 // build configured with -DLUMEN_CUDA_PORTABLE=ON (which defines LUMEN_GPU_PORTABLE), so the
 // portable paths are tested on NVIDIA hardware too.
-#if defined(__HIP_PLATFORM_AMD__) || defined(LUMEN_GPU_PORTABLE)
+#if defined(__HIP__) || defined(LUMEN_GPU_PORTABLE)
 #define LUMEN_GPU_NVIDIA_PATHS 0
 #else
 #define LUMEN_GPU_NVIDIA_PATHS 1
@@ -33,25 +116,32 @@
 
 namespace lumen::cuda {
 
-#if defined(__HIP_PLATFORM_AMD__)
+// Lanes of a warp (NVIDIA) or wavefront (AMD) on the target being compiled. AMD's width
+// depends on the target: 64 on gfx9 (gfx908, gfx90a), 32 on gfx10 and later (HIP 5.2 does not
+// run gfx10 in wave64 mode). HIP's host pass only parses kernels and sizes no launch by it.
+#if defined(__HIP_DEVICE_COMPILE__)
+inline constexpr int kWarpSize = __AMDGCN_WAVEFRONT_SIZE;
+#elif defined(__HIP__)
 inline constexpr int kWarpSize = 64;
 #else
 inline constexpr int kWarpSize = 32;
 #endif
 
-// Sum of `value` over the lanes of a warp whose lane index differs only in the bits of
-// [first_mask, kWarpSize): lanes that share the low bits add together.
+// Every block size is a multiple of the widest warp, so that it holds whole warps on every
+// target (kernels static_assert it on their block sizes).
+inline constexpr int kMaxWarpSize = 64;
+
+// Sum of `value` over the lanes of the warp whose index differs only in the bits of
+// [kFirstMask, kWarpSize): lanes that share the low bits add together (lane_sums.h).
 template <int kFirstMask>
 __device__ __forceinline__ float SumAcrossLaneGroups(float value) {
-#pragma unroll
-  for (int mask = kFirstMask; mask < kWarpSize; mask <<= 1) {
-#if defined(__HIP_PLATFORM_AMD__)
-    value += __shfl_xor(value, mask);
+  return LaneGroupSum<kFirstMask, kWarpSize>(value, [](float lane_value, int mask) {
+#if defined(__HIP__)
+    return __shfl_xor(lane_value, mask, kWarpSize);
 #else
-    value += __shfl_xor_sync(0xffffffffu, value, mask);
+    return __shfl_xor_sync(0xffffffffu, lane_value, mask);
 #endif
-  }
-  return value;
+  });
 }
 
 // Copies kBytes (4, 8 or 16) from global to shared memory without holding registers while
@@ -81,6 +171,22 @@ __device__ __forceinline__ void CopyAsyncCommit() {
 __device__ __forceinline__ void CopyAsyncWaitAll() {
 #if LUMEN_GPU_NVIDIA_PATHS
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Programmatic dependent launch (sm_90): a kernel launched with the programmatic stream
+// serialization attribute may start once every block of the kernel before it has called
+// AllowDependentLaunch, and WaitForPrerequisiteGrids then waits until that kernel has finished
+// and its writes are visible. Elsewhere both are no-ops and launches are plainly ordered.
+__device__ __forceinline__ void AllowDependentLaunch() {
+#if LUMEN_GPU_NVIDIA_PATHS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void WaitForPrerequisiteGrids() {
+#if LUMEN_GPU_NVIDIA_PATHS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
 

@@ -6,5 +6,8 @@ set(LUMEN_CUDA_SOURCES
   ${LUMEN_CUDA_DIR}/kernels/recurrent_step.cu
   ${LUMEN_CUDA_DIR}/kernels/prepare_inputs.cu
   ${LUMEN_CUDA_DIR}/kernels/convert.cu
+  ${LUMEN_CUDA_DIR}/kernels/input_check.cu
+  ${LUMEN_CUDA_DIR}/kernels/prefill_tables.cu
+  ${LUMEN_CUDA_DIR}/kernels/short_conv.cu
   ${LUMEN_CUDA_DIR}/kernels/chunkwise.cu
 )

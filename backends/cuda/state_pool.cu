@@ -40,7 +40,8 @@ absl::Status StatePool::Grow(int64_t slot_bytes, SizeClass& size_class) {
     cudaMemGetInfo(&free_bytes, &total_bytes);
     cudaGetLastError();
     const std::string message = absl::StrCat(
-        "cannot allocate ", slot_bytes, " bytes of session state on CUDA device ", device_,
+        "cannot allocate ", slot_bytes,
+        " bytes of session state on " LUMEN_GPU_RUNTIME_NAME " device ", device_,
         ": ", cudaGetErrorString(error), " (", free_bytes, " of ", total_bytes,
         " bytes free; the engine's pool holds ", reserved_bytes_, ")");
     return LumenError(error == cudaErrorMemoryAllocation ? LUMEN_ERROR_OUT_OF_MEMORY

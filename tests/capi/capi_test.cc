@@ -979,13 +979,16 @@ TEST_CASE("engine creation: backends and options", "[capi]") {
   lumen_backend backend = LUMEN_BACKEND_AUTO;
   REQUIRE(lumen_engine_backend(engine, &backend) == LUMEN_OK);
   CHECK(backend != LUMEN_BACKEND_AUTO);
-  // AUTO picks CUDA only where this build has it and a GPU is present.
-  CHECK((backend == LUMEN_BACKEND_CPU || backend == LUMEN_BACKEND_CUDA));
+  // AUTO picks CUDA, then ROCm, only where this build has it and a GPU is present.
+  CHECK((backend == LUMEN_BACKEND_CPU || backend == LUMEN_BACKEND_CUDA ||
+         backend == LUMEN_BACKEND_ROCM));
   const bool gpu_present = backend == LUMEN_BACKEND_CUDA;
-  CHECK(std::string(lumen_backend_string(backend)) == (gpu_present ? "CUDA" : "CPU"));
+  const bool amd_gpu_present = backend == LUMEN_BACKEND_ROCM;
+  CHECK(std::string(lumen_backend_string(backend)) ==
+        (gpu_present ? "CUDA" : amd_gpu_present ? "ROCM" : "CPU"));
   int32_t threads = 0;
   REQUIRE(lumen_engine_num_threads(engine, &threads) == LUMEN_OK);
-  if (!gpu_present) {
+  if (backend == LUMEN_BACKEND_CPU) {
     CHECK(threads == static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
   }
   CheckFailure(lumen_engine_num_threads(nullptr, &threads), LUMEN_ERROR_INVALID_ARGUMENT, {});
@@ -1025,7 +1028,12 @@ TEST_CASE("engine creation: backends and options", "[capi]") {
     CHECK(out == sentinel);
   }
   options.backend = LUMEN_BACKEND_ROCM;
-  CheckFailure(lumen_engine_create(model.get(), &options, &out), LUMEN_ERROR_UNSUPPORTED, {});
+  if (!amd_gpu_present) {
+    // Without an AMD GPU, the HIP runtime, or ROCm in the build: a clear refusal.
+    CheckFailure(lumen_engine_create(model.get(), &options, &out), LUMEN_ERROR_UNSUPPORTED,
+                 {"ROCm"});
+    CHECK(out == sentinel);
+  }
   options.backend = 42;
   CheckFailure(lumen_engine_create(model.get(), &options, &out), LUMEN_ERROR_INVALID_ARGUMENT,
                {"backend"});

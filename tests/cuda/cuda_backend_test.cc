@@ -1,6 +1,8 @@
 // The CUDA backend through the public C API, on a GPU: against the CPU backend on random
-// inputs at realistic sizes, host and device buffers, CUDA graphs, slots of the pool that a
-// call does not name, snapshots across backends, and running out of device memory.
+// inputs at realistic sizes (short convolutions and Mamba-2 included), host and device
+// buffers, CUDA graphs of steps and prefills, input errors of device-buffer calls, slots of
+// the pool that a call does not name, snapshots across backends, and running out of device
+// memory.
 //
 // Every case carries the hidden tag [.cuda]: CI (no GPU) skips them; the `gpu` ctest label
 // runs them on a machine with one.
@@ -10,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -114,6 +117,18 @@ std::vector<RefLayer> EveryFamily(int32_t H, int32_t HV, int32_t K, int32_t V,
     real.qk_l2norm = real.beta_sigmoid = real.gate_raw = true;
     layers.push_back(real);
   }
+  // Qwen3-Next's layer (a short convolution before gated_delta_net) and Mamba-2 (ssd with raw
+  // gates, a convolution with biases, and D).
+  RefLayer qwen = Layer(LUMEN_FAMILY_GATED_DELTA_NET, H, HV, K, V);
+  qwen.qk_l2norm = qwen.beta_sigmoid = qwen.gate_raw = true;
+  qwen.conv_size = 4;
+  layers.push_back(qwen);
+  RefLayer mamba2 = Layer(LUMEN_FAMILY_SSD, H, HV, K, V);
+  mamba2.gate_raw = true;
+  mamba2.conv_size = 4;
+  for (int part = 0; part < 3; ++part) mamba2.conv_bias[part].assign(mamba2.ConvChannels(part), 0);
+  mamba2.d_skip.assign(HV, 0.0f);
+  layers.push_back(mamba2);
   for (RefLayer& layer : layers) RandomParams(&layer, rng);
   return layers;
 }
@@ -123,8 +138,8 @@ struct Sessions {
   std::vector<lumen_session*> handles;
 };
 
-// n sessions of `engine`, each given the same random states as the sessions of `like` (if
-// any) or fresh ones.
+// n sessions of `engine` holding the given states, and conv windows that depend only on the
+// session's index (so that sessions made alike on two engines start alike).
 Sessions MakeSessions(lumen_engine* engine, const RefLayer& layer, int32_t n,
                       const std::vector<std::vector<float>>& matrices,
                       const std::vector<std::vector<float>>& normalizers) {
@@ -135,8 +150,22 @@ Sessions MakeSessions(lumen_engine* engine, const RefLayer& layer, int32_t n,
     REQUIRE(s.owned.back());
     s.handles.push_back(s.owned.back().get());
     REQUIRE_OK(WriteState(s.handles.back(), 0, layer, matrices[i], normalizers[i]));
+    std::mt19937 window_rng(1000 + i);
+    std::vector<float> windows[3];
+    RandomConvState(layer, window_rng, windows);
+    REQUIRE_OK(WriteConvState(s.handles.back(), 0, layer, windows));
   }
   return s;
+}
+
+// Every state part of a session's layer 0, back to back: matrix, normalizer, conv windows.
+std::vector<float> AllState(lumen_session* session, const RefLayer& layer) {
+  std::vector<float> all, normalizer, windows[3];
+  REQUIRE_OK(ReadState(session, 0, layer, &all, &normalizer));
+  REQUIRE_OK(ReadConvState(session, 0, layer, windows));
+  all.insert(all.end(), normalizer.begin(), normalizer.end());
+  for (const std::vector<float>& window : windows) all.insert(all.end(), window.begin(), window.end());
+  return all;
 }
 
 void RandomStates(const RefLayer& layer, int32_t n, std::mt19937& rng,
@@ -160,6 +189,14 @@ void CheckStatesClose(const RefLayer& layer, lumen_session* cuda, lumen_session*
     const ErrorReport ez = Measure(z_gpu, ToDouble(z_cpu));
     INFO("normalizer: " << ez.Describe());
     CHECK(ez.Passes(bound));
+  }
+  // The windows hold raw inputs, rounded alike to the stored dtype: equal bit for bit.
+  std::vector<float> w_gpu[3], w_cpu[3];
+  REQUIRE_OK(ReadConvState(cuda, 0, layer, w_gpu));
+  REQUIRE_OK(ReadConvState(cpu, 0, layer, w_cpu));
+  for (int part = 0; part < 3; ++part) {
+    INFO("conv window " << part);
+    CHECK(w_gpu[part] == w_cpu[part]);
   }
 }
 
@@ -453,6 +490,199 @@ TEST_CASE("a batched CUDA step captured in a graph replays like direct calls", "
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// The CPU engine's status and message for `inputs` (host buffers), run as a batched step or,
+// with cu_seqlens, a varlen prefill; the sessions are made from the same states and dropped.
+std::string CpuInputError(const RefLayer& layer, lumen_model* model, int32_t n,
+                          const std::vector<std::vector<float>>& matrices,
+                          const std::vector<std::vector<float>>& normalizers,
+                          const std::vector<int32_t>& cu, const EncodedTokens& tokens) {
+  EnginePtr cpu = MakeEngineOn(model, LUMEN_BACKEND_CPU);
+  Sessions sessions = MakeSessions(cpu.get(), layer, n, matrices, normalizers);
+  const int64_t T = tokens.num_tokens;
+  lumen_layer_inputs in = InputsFor(layer, tokens, 0, T);
+  OutputBuffer out;
+  out.Reset(T * layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
+  lumen_layer_output o = out.Output(0, T * layer.VPerToken());
+  const lumen_status status =
+      cu.empty() ? lumen_engine_step_batch(cpu.get(), 0, sessions.handles.data(), n, &in, &o)
+                 : lumen_engine_prefill_varlen(cpu.get(), 0, sessions.handles.data(), n,
+                                               cu.data(), &in, &o);
+  REQUIRE(status == LUMEN_ERROR_INVALID_ARGUMENT);
+  return lumen_last_error_message();
+}
+
+// A call over device buffers returns before its inputs are checked: its error is recorded
+// and reported, quoting the CPU's message, by the next call that waits (here read_state after
+// a batched step, and a host-buffer step after a varlen prefill). The failing call and the
+// call enqueued after it change no state and no output; after the report calls run again.
+TEST_CASE("input errors of device-buffer calls reach the next waiting call and change nothing",
+          "[.cuda]") {
+  std::mt19937 rng(TestSeed());
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  for (const RefLayer& layer : EveryFamily(2, 4, 32, 32, rng)) {
+    INFO(layer.Describe());
+    std::string error;
+    ModelPtr model = BuildModel({layer}, &error);
+    REQUIRE(model);
+    EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
+    const int32_t n = 3;
+    std::vector<std::vector<float>> matrices, normalizers;
+    RandomStates(layer, n, rng, &matrices, &normalizers);
+    Sessions sessions = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    std::vector<std::vector<float>> before;
+    for (lumen_session* s : sessions.handles) before.push_back(AllState(s, layer));
+    cudaStream_t stream = nullptr;
+    REQUIRE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+    // A batched step with v NaN at session 1's token, last head, then a valid step.
+    TokenData bad = RandomTokens(layer, n, rng);
+    bad.v[(1 * layer.num_value_heads + layer.num_value_heads - 1) * layer.value_dim + 3] = kNaN;
+    const EncodedTokens bad_tokens = EncodeTokens(bad, LUMEN_DTYPE_BFLOAT16);
+    const EncodedTokens good_tokens =
+        EncodeTokens(RandomTokens(layer, n, rng), LUMEN_DTYPE_BFLOAT16);
+    const std::string cpu_message =
+        CpuInputError(layer, model.get(), n, matrices, normalizers, {}, bad_tokens);
+    CHECK(cpu_message.find("session 1's token 0") != std::string::npos);
+    const DeviceTokens bad_device(bad_tokens), good_device(good_tokens);
+    const int64_t o_count = n * layer.VPerToken();
+    DeviceBuffer o(o_count * 4);
+    REQUIRE_CUDA(cudaMemset(o.get(), 0xff, o_count * 4));
+    const std::vector<uint8_t> poisoned = o.Read();
+    lumen_layer_output out;
+    lumen_layer_output_init(&out);
+    out.memory = LUMEN_MEMORY_DEVICE;
+    out.o = o.get();
+    out.o_count = o_count;
+    lumen_layer_inputs bad_in = bad_device.Inputs(layer, n, stream);
+    lumen_layer_inputs good_in = good_device.Inputs(layer, n, stream);
+    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &bad_in, &out));
+    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &good_in, &out));
+    REQUIRE_CUDA(cudaStreamSynchronize(stream));
+    CHECK(o.Read() == poisoned);
+    std::vector<float> matrix, normalizer;
+    CHECK(ReadState(sessions.handles[0], 0, layer, &matrix, &normalizer) ==
+          LUMEN_ERROR_INVALID_ARGUMENT);
+    const std::string reported = lumen_last_error_message();
+    INFO("reported: " << reported << "\nCPU: " << cpu_message);
+    CHECK(reported.find(cpu_message) != std::string::npos);
+    CHECK(reported.find("enqueued before this call") != std::string::npos);
+    for (int32_t i = 0; i < n; ++i) CHECK(AllState(sessions.handles[i], layer) == before[i]);
+    // Reported once; the same valid step now runs.
+    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &good_in, &out));
+    REQUIRE_CUDA(cudaStreamSynchronize(stream));
+    CHECK(o.Read() != poisoned);
+    const std::vector<float> stepped = AllState(sessions.handles[0], layer);
+    CHECK(stepped != before[0]);
+
+    // A varlen prefill (the middle session empty) with a bad value in the last tensor the
+    // layer has, reported by the next host-buffer call.
+    const std::vector<int32_t> cu = {0, 5, 5, 12};
+    TokenData bad_prefill = RandomTokens(layer, cu.back(), rng);
+    if (layer.HasBeta() && !layer.beta_sigmoid) {
+      bad_prefill.beta[8 * layer.num_value_heads + 1] = 1.5f;
+    } else if (layer.HasG() && !layer.gate_raw) {
+      bad_prefill.g[8 * layer.GPerToken() + layer.GPerToken() - 1] = 0.25f;
+    } else {
+      bad_prefill.k[8 * layer.QPerToken() + 2] = std::numeric_limits<float>::infinity();
+    }
+    const EncodedTokens prefill_tokens = EncodeTokens(bad_prefill, LUMEN_DTYPE_FLOAT32);
+    std::vector<std::vector<float>> now_matrices(n), now_normalizers(n);
+    std::vector<std::vector<float>> now;
+    for (int32_t i = 0; i < n; ++i) {
+      REQUIRE_OK(ReadState(sessions.handles[i], 0, layer, &now_matrices[i], &now_normalizers[i]));
+      now.push_back(AllState(sessions.handles[i], layer));
+    }
+    // (The CPU sessions start from the same matrices; the message does not depend on state.)
+    const std::string prefill_message = CpuInputError(layer, model.get(), n, now_matrices,
+                                                      now_normalizers, cu, prefill_tokens);
+    CHECK(prefill_message.find("session 2's token 3") != std::string::npos);
+    const DeviceTokens prefill_device(prefill_tokens);
+    DeviceBuffer prefill_o(cu.back() * layer.VPerToken() * 4);
+    lumen_layer_output prefill_out = out;
+    prefill_out.o = prefill_o.get();
+    prefill_out.o_count = cu.back() * layer.VPerToken();
+    lumen_layer_inputs prefill_in = prefill_device.Inputs(layer, cu.back(), stream);
+    REQUIRE_OK(lumen_engine_prefill_varlen(gpu.get(), 0, sessions.handles.data(), n, cu.data(),
+                                           &prefill_in, &prefill_out));
+    lumen_layer_inputs host_in = InputsFor(layer, good_tokens, 0, n);
+    OutputBuffer host_out;
+    host_out.Reset(o_count, LUMEN_DTYPE_FLOAT32);
+    lumen_layer_output host_o = host_out.Output(0, o_count);
+    CHECK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &host_in, &host_o) ==
+          LUMEN_ERROR_INVALID_ARGUMENT);
+    const std::string prefill_reported = lumen_last_error_message();
+    INFO("reported: " << prefill_reported << "\nCPU: " << prefill_message);
+    CHECK(prefill_reported.find(prefill_message) != std::string::npos);
+    for (int32_t i = 0; i < n; ++i) CHECK(AllState(sessions.handles[i], layer) == now[i]);
+    cudaStreamDestroy(stream);
+  }
+}
+
+// A varlen prefill over device buffers, captured once the engine's scratch is large enough
+// (a direct call of the same shape grows it), replays like direct calls: outputs and every
+// state part bit for bit, conv windows included.
+TEST_CASE("a varlen CUDA prefill captured in a graph replays like direct calls", "[.cuda]") {
+  std::mt19937 rng(TestSeed());
+  const std::vector<RefLayer> layers = EveryFamily(4, 8, 64, 64, rng);
+  for (const RefLayer& layer : {layers[10], layers.back()}) {  // Qwen3-Next; Mamba-2
+    INFO(layer.Describe());
+    std::string error;
+    ModelPtr model = BuildModel({layer}, &error);
+    REQUIRE(model);
+    EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
+    const std::vector<int32_t> cu = {0, 300, 300, 301, 1000};
+    const int32_t n = static_cast<int32_t>(cu.size()) - 1;
+    std::vector<std::vector<float>> matrices, normalizers;
+    RandomStates(layer, n, rng, &matrices, &normalizers);
+    Sessions direct = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    Sessions replayed = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    const EncodedTokens tokens =
+        EncodeTokens(RandomTokens(layer, cu.back(), rng), LUMEN_DTYPE_BFLOAT16);
+    const DeviceTokens dev(tokens);
+    const int64_t o_count = cu.back() * layer.VPerToken();
+    DeviceBuffer o_direct(o_count * 2), o_graph(o_count * 2);
+    cudaStream_t stream = nullptr;
+    REQUIRE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    auto output = [&](const DeviceBuffer& o) {
+      lumen_layer_output out;
+      lumen_layer_output_init(&out);
+      out.dtype = LUMEN_DTYPE_BFLOAT16;
+      out.memory = LUMEN_MEMORY_DEVICE;
+      out.o = o.get();
+      out.o_count = o_count;
+      return out;
+    };
+    lumen_layer_inputs in = dev.Inputs(layer, cu.back(), stream);
+    lumen_layer_output direct_out = output(o_direct);
+    lumen_layer_output graph_out = output(o_graph);
+    REQUIRE_OK(lumen_engine_prefill_varlen(gpu.get(), 0, direct.handles.data(), n, cu.data(),
+                                           &in, &direct_out));
+    REQUIRE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const lumen_status captured = lumen_engine_prefill_varlen(
+        gpu.get(), 0, replayed.handles.data(), n, cu.data(), &in, &graph_out);
+    cudaGraph_t graph = nullptr;
+    REQUIRE_CUDA(cudaStreamEndCapture(stream, &graph));
+    REQUIRE_OK(captured);
+    cudaGraphExec_t exec = nullptr;
+    REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 2; ++replay) {
+      INFO("replay " << replay);
+      REQUIRE_CUDA(cudaGraphLaunch(exec, stream));
+      REQUIRE_CUDA(cudaStreamSynchronize(stream));
+      CHECK(o_graph.Read() == o_direct.Read());
+      for (int32_t i = 0; i < n; ++i) {
+        INFO("session " << i);
+        CHECK(AllState(replayed.handles[i], layer) == AllState(direct.handles[i], layer));
+      }
+      REQUIRE_OK(lumen_engine_prefill_varlen(gpu.get(), 0, direct.handles.data(), n, cu.data(),
+                                             &in, &direct_out));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
 }
 
 TEST_CASE("snapshots move between the CPU and CUDA backends bit for bit", "[.cuda]") {

@@ -1,4 +1,4 @@
-// The chunkwise form on the GPU, in fp32 on the SIMT cores (no TF32), as three launches per
+// The chunkwise form on the GPU at fp32 accuracy (no TF32 rounding), as three launches per
 // round:
 //
 //   1. IntraChunkKernel, one block per (sequence, chunk, value head), all chunks at once:
@@ -11,6 +11,9 @@
 //   3. InterChunkKernel, one block per (sequence, value head, tile of value columns), walking
 //      the chunks in order with the state: U' = U - W S0 for the delta rule (V itself for
 //      additive writes), O = (Q ⊙ exp(b)) S0 + P U', S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U'.
+//      NVIDIA builds run it as InterChunkTensorKernel instead (except for the normalizer):
+//      the same walk with its products on the tensor cores in 3xTF32 (tf32x3_mma.cuh).
+//      Launches 1 and 2, and InterChunkKernel, are fp32 on the SIMT cores: the portable path.
 //
 // b_t is the cumulative log-decay inside the chunk (token t's own decay included), per key
 // channel; every factor exp(b_t - b_s) with s <= t is <= 1. Per-channel decays cannot be
@@ -31,6 +34,9 @@
 
 #include <algorithm>
 #include <cstdint>
+
+#include "backends/cuda/gpu_compat.cuh"
+#include "backends/cuda/kernels/tf32x3_mma.cuh"
 
 namespace lumen::cuda {
 namespace {
@@ -60,6 +66,8 @@ constexpr int64_t kScratchBudgetBytes = int64_t{256} << 20;
 
 static_assert(kIntraThreads == 16 * 16 && kChunk == 4 * 16, "launch 1 thread layout");
 static_assert(kInterThreads == 16 * 8 && kValueTile == 8 * 4, "launch 3 thread layout");
+static_assert(kIntraThreads % kMaxWarpSize == 0 && kInterThreads % kMaxWarpSize == 0,
+              "blocks of whole warps on every target");
 
 // Where one (sequence, chunk, value head) keeps its results inside the scratch.
 struct SlotLayout {
@@ -744,6 +752,244 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
 }
 
 // ---------------------------------------------------------------------------------------
+// Launch 3 on the tensor cores (NVIDIA only; the normalizer and portable builds keep the
+// kernel above): the same walk and the same tiles, each product a warp-level 3xTF32 mma
+// (tf32x3_mma.cuh), so fp32 accuracy at tensor-core rates. Warp w owns rows 16 w .. 16 w + 15
+// of every 64-row product (tokens of the chunk, or key channels of a slab) and all kValueTile
+// columns; the accumulators stay in the mma fragment layout throughout.
+
+#if LUMEN_GPU_NVIDIA_PATHS
+constexpr int kTensorWarps = kInterThreads / kWarpSize;
+constexpr int kTensorBlocksPerSm = 4;  // 4 x 128 threads: 128 registers each, one wave of
+                                       // B = 4, HV = 32, four value tiles on 132 SMs
+constexpr int kTensorValueTiles = kValueTile / 8;  // 8-column mma tiles per value tile
+// Row strides of the shared tiles, chosen so that fragment loads hit 32 distinct banks:
+// A operands read along rows need stride = 4 (mod 32), B operands and A operands read down
+// columns need stride = 8 (mod 32).
+constexpr int kRowStrideA = kInterSlab + 4;         // [64, slab] q_hat, w; [C, C] p
+constexpr int kRowStrideB = kValueTile + 8;         // [slab, tile] S0; [C, tile] U'
+constexpr int kRowStrideColumnA = kInterSlab + 8;   // [C, slab] k_end, read transposed
+constexpr int kTensorRegionFloats =
+    std::max(2 * kChunk * kRowStrideA + kInterSlab * kRowStrideB,
+             kChunk * kRowStrideB + std::max(kChunk * kRowStrideA, kChunk * kRowStrideColumnA));
+static_assert(kTensorWarps * 16 == kChunk && kInterSlab == kChunk, "one 16-row strip per warp");
+static_assert(kTensorRegionFloats * 4 <= 227 * 1024 / kTensorBlocksPerSm - 2048,
+              "shared memory for kTensorBlocksPerSm blocks");
+
+template <Decay kDecay, bool kDelta>
+__global__ void __launch_bounds__(kInterThreads, kTensorBlocksPerSm)
+InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
+                       float* scratch) {
+  __shared__ __align__(16) float region[kTensorRegionFloats];
+  __shared__ float decay[kChunk];          // b_t, scalar decay
+  __shared__ float decay_up[kChunk];       // exp(b_t), scalar decay
+  __shared__ float decay_down[kChunk];     // exp(b_C - b_t), scalar decay
+  __shared__ float decay_end[kInterSlab];  // b_C per channel of the slab
+  __shared__ float totals[kInterThreads];
+
+  const int32_t key_dim = args.key_dim;
+  const int32_t value_dim = args.value_dim;
+  const int32_t num_value_heads = args.num_value_heads;
+  const int32_t value_tiles = (value_dim + kValueTile - 1) / kValueTile;
+  const int32_t tile = blockIdx.x % value_tiles;
+  const int32_t value_head = (blockIdx.x / value_tiles) % num_value_heads;
+  const int32_t local_sequence = blockIdx.x / value_tiles / num_value_heads;
+  const int32_t v0 = tile * kValueTile;
+  const int32_t head = value_head / (num_value_heads / args.num_heads);
+  const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
+  const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
+
+  // This thread's accumulator entries: rows row0 + g (+ 8), columns 8 n + 2 j (+ 1).
+  const int row0 = 16 * (threadIdx.x / kWarpSize);
+  const int g = threadIdx.x % kWarpSize / 4;
+  const int j = threadIdx.x % 4;
+
+  float* q_hat = region;                                 // [C, slab] q ⊙ exp(b)
+  float* w = region + kChunk * kRowStrideA;              // [C, slab] W
+  float* s_slab = region + 2 * kChunk * kRowStrideA;     // [slab, tile] S0
+  float* u = region;                                     // [C, tile] U'
+  float* p = region + kChunk * kRowStrideB;              // [C, C] P
+  float* k_end = region + kChunk * kRowStrideB;          // [C, slab] k ⊙ exp(b_C - b)
+
+  for (int32_t local_chunk = 0; local_chunk < layout.chunks_per_round; ++local_chunk) {
+    ChunkSpan span;
+    if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) break;
+    const int32_t length = span.length;
+    const int depth = (length + 7) / 8 * 8;  // token steps of the products over t
+    const float* slot =
+        SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
+    float* state =
+        args.states[span.sequence] + static_cast<int64_t>(value_head) * key_dim * value_dim;
+    const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+    const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+    LoadTokenScalars<kDecay, false>(args, span, value_head, decay, nullptr, totals);
+    if (kDecay == Decay::kScalar) {
+      if (threadIdx.x < kChunk) {
+        const int t = threadIdx.x;
+        decay_up[t] = __expf(decay[t]);
+        decay_down[t] = t < length ? __expf(decay[length - 1] - decay[t]) : 0.0f;
+      }
+      __syncthreads();
+    }
+
+    // O = (Q ⊙ exp(b)) S0 and, for the delta rule, X = W S0.
+    float out[kTensorValueTiles][4] = {};
+    float x[kTensorValueTiles][4] = {};
+    for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
+      if (kDecay == Decay::kPerChannel) {
+        LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, q_hat,
+                                                       kRowStrideA, totals);
+      }
+#pragma unroll 1
+      for (int half = 0; half < 2; ++half) {
+        constexpr int kCount = kSlabPerThread / 2;
+        float q_values[kCount], s_values[kStatePerThread / 2];
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) {
+          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+          const int t = e / kInterSlab;
+          const int c = e % kInterSlab;
+          const bool column = k0 + c < key_dim;
+          q_values[i] = t < length && column ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
+          if (kDelta) {  // W straight to shared memory
+            if (column) {
+              CopyAsync<4>(&w[t * kRowStrideA + c], slot + layout.keys + t * key_dim + k0 + c);
+            } else {
+              w[t * kRowStrideA + c] = 0.0f;
+            }
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kStatePerThread / 2; ++i) {
+          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
+          const int r = e / kValueTile;
+          const int c = e % kValueTile;
+          const bool inside = k0 + r < key_dim && v0 + c < value_dim;
+          s_values[i] = inside ? state[static_cast<int64_t>(k0 + r) * value_dim + v0 + c] : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) {
+          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+          const int t = e / kInterSlab;
+          const int c = e % kInterSlab;
+          float value = q_values[i];
+          if (kDecay == Decay::kScalar) value *= decay_up[t];
+          if (kDecay == Decay::kPerChannel) value *= __expf(q_hat[t * kRowStrideA + c]);
+          q_hat[t * kRowStrideA + c] = value;
+        }
+#pragma unroll
+        for (int i = 0; i < kStatePerThread / 2; ++i) {
+          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
+          s_slab[(e / kValueTile) * kRowStrideB + e % kValueTile] = s_values[i];
+        }
+      }
+      CopyAsyncWaitAll();
+      __syncthreads();
+      WarpProductTf32x3<kTensorValueTiles, kDelta>(out, x, q_hat + row0 * kRowStrideA,
+                                                   w + row0 * kRowStrideA, kRowStrideA, 1,
+                                                   s_slab, kRowStrideB, kInterSlab);
+      __syncthreads();
+    }
+
+    // U' (V for additive writes, U - W S0 for the delta rule) in place of the slabs, P
+    // beside it, then O += P U'.
+#pragma unroll
+    for (int i = 0; i < kScoresPerThread / 4; ++i) {
+      const int e = 4 * (threadIdx.x + i * kInterThreads);
+      CopyAsync<16>(&p[(e / kChunk) * kRowStrideA + e % kChunk], slot + layout.scores + e);
+    }
+    const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+#pragma unroll
+    for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = row0 + g + 8 * (e / 2);
+        const int column = 8 * n + 2 * j + e % 2;
+        const int32_t col = v0 + column;
+        float value = 0.0f;
+        if (t < length && col < value_dim) {
+          value = kDelta ? slot[layout.values + t * value_dim + col] - x[n][e]
+                         : v[t * v_row + col];
+        }
+        u[t * kRowStrideB + column] = value;
+      }
+    }
+    CopyAsyncWaitAll();
+    __syncthreads();
+    WarpProductTf32x3<kTensorValueTiles, false>(out, out, p + row0 * kRowStrideA, nullptr,
+                                                kRowStrideA, 1, u, kRowStrideB, depth);
+    float* o = args.o + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+#pragma unroll
+    for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = row0 + g + 8 * (e / 2);
+        const int32_t col = v0 + 8 * n + 2 * j + e % 2;
+        if (t < length && col < value_dim) o[t * v_row + col] = out[n][e];
+      }
+    }
+    __syncthreads();
+
+    // S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U', a slab of key rows at a time.
+    for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
+      if (kDecay == Decay::kPerChannel) {
+        LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, k_end,
+                                                       kRowStrideColumnA, totals);
+        if (threadIdx.x < kInterSlab) {
+          decay_end[threadIdx.x] = k_end[(length - 1) * kRowStrideColumnA + threadIdx.x];
+        }
+        __syncthreads();
+      }
+#pragma unroll 1
+      for (int half = 0; half < 2; ++half) {
+        constexpr int kCount = kSlabPerThread / 2;
+        float k_values[kCount];
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) {
+          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+          const int t = e / kInterSlab;
+          const int c = e % kInterSlab;
+          k_values[i] = t < length && k0 + c < key_dim ? __ldg(k + t * qk_row + k0 + c) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) {
+        const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+        const int t = e / kInterSlab;
+        const int c = e % kInterSlab;
+        float value = k_values[i];
+        if (kDecay == Decay::kScalar) value *= decay_down[t];
+        if (kDecay == Decay::kPerChannel) {
+          value *= __expf(decay_end[c] - k_end[t * kRowStrideColumnA + c]);
+        }
+        k_end[t * kRowStrideColumnA + c] = value;
+        }
+      }
+      __syncthreads();
+      float acc[kTensorValueTiles][4] = {};
+      WarpProductTf32x3<kTensorValueTiles, false>(acc, acc, k_end + row0, nullptr, 1,
+                                                  kRowStrideColumnA, u, kRowStrideB, depth);
+#pragma unroll
+      for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row0 + g + 8 * (e / 2);
+          const int32_t key = k0 + row;
+          const int32_t col = v0 + 8 * n + 2 * j + e % 2;
+          if (key >= key_dim || col >= value_dim) continue;
+          float factor = 1.0f;
+          if (kDecay == Decay::kScalar) factor = decay_up[length - 1];
+          if (kDecay == Decay::kPerChannel) factor = __expf(decay_end[row]);
+          float& entry = state[static_cast<int64_t>(key) * value_dim + col];
+          entry = fmaf(factor, entry, acc[n][e]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+#endif  // LUMEN_GPU_NVIDIA_PATHS
+
+// ---------------------------------------------------------------------------------------
 // The launcher.
 
 bool ArgsValid(const ChunkwiseArgs& args) {
@@ -800,13 +1046,28 @@ int64_t ScratchBytes(const Plan& plan, const ChunkwiseArgs& args) {
          args.num_value_heads * plan.layout.slot_floats * 4;
 }
 
+// Launch 3's kernel: the tensor-core one where the build has it, except for the normalizer.
+template <Decay kDecay, bool kDelta, bool kNormalize>
+constexpr auto InterChunkKernelFor() {
+#if LUMEN_GPU_NVIDIA_PATHS
+  if constexpr (!kNormalize) {
+    return InterChunkTensorKernel<kDecay, kDelta>;
+  } else {
+    return InterChunkKernel<kDecay, kDelta, kNormalize>;
+  }
+#else
+  return InterChunkKernel<kDecay, kDelta, kNormalize>;
+#endif
+}
+
 template <Decay kDecay, bool kDelta, bool kNormalize>
 cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scratch,
                          cudaStream_t stream) {
   const SlotLayout& layout = plan.layout;
+  constexpr auto inter_kernel = InterChunkKernelFor<kDecay, kDelta, kNormalize>();
   // Both kernels are limited by shared memory per multiprocessor: ask for all of it.
   for (const void* kernel : {reinterpret_cast<const void*>(IntraChunkKernel<kDecay, kDelta, kNormalize>),
-                             reinterpret_cast<const void*>(InterChunkKernel<kDecay, kDelta, kNormalize>)}) {
+                             reinterpret_cast<const void*>(inter_kernel)}) {
     const cudaError_t status = cudaFuncSetAttribute(
         kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (status != cudaSuccess) return status;
@@ -827,8 +1088,7 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
         NormalizerPrefixKernel<<<sequences * args.num_value_heads, 128, 0, stream>>>(
             args, layout, round, scratch);
       }
-      InterChunkKernel<kDecay, kDelta, kNormalize>
-          <<<sequences * args.num_value_heads * value_tiles, kInterThreads, 0, stream>>>(
+      inter_kernel<<<sequences * args.num_value_heads * value_tiles, kInterThreads, 0, stream>>>(
               args, layout, round, scratch);
       const cudaError_t status = cudaGetLastError();
       if (status != cudaSuccess) return status;

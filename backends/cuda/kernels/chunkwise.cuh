@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include <cuda_runtime.h>
+#include "backends/cuda/gpu_compat.cuh"
 
 namespace lumen::cuda {
 

@@ -10,6 +10,7 @@ namespace lumen::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+static_assert(kThreads % kMaxWarpSize == 0, "blocks of whole warps on every target");
 constexpr int32_t kMaxGridY = 65535;
 
 __global__ void WidenKernel(const void* const* stored, float* const* wide, int64_t count) {
@@ -30,10 +31,23 @@ __global__ void NarrowKernel(const float* const* wide, void* const* stored, int6
   }
 }
 
-__global__ void StoreFloatsKernel(const float* src, void* dst, int32_t dtype, int64_t count) {
+__global__ void ToFloatsKernel(const void* src, int32_t dtype, float* dst, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * kThreads) {
-    StoreElement(dst, i, dtype, src[i]);
+    dst[i] = LoadElement(src, i, dtype);
+  }
+}
+
+__global__ void FinishOutputKernel(const float* o32, const float* x, const float* d_skip,
+                                   int32_t num_value_heads, int32_t value_dim, void* o,
+                                   int32_t dtype, int64_t count,
+                                   const InputErrorRecord* record) {
+  if (InputFailed(record)) return;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * kThreads) {
+    float value = o32[i];
+    if (x != nullptr) value += d_skip[i / value_dim % num_value_heads] * x[i];
+    StoreElement(o, i, dtype, value);
   }
 }
 
@@ -64,10 +78,20 @@ cudaError_t LaunchNarrowStates(const float* const* wide, void* const* stored, in
   return cudaSuccess;
 }
 
-cudaError_t LaunchStoreFloats(const float* src, void* dst, int32_t dtype, int64_t count,
-                              cudaStream_t stream) {
+cudaError_t LaunchToFloats(const void* src, int32_t dtype, float* dst, int64_t count,
+                           cudaStream_t stream) {
+  if (dst == nullptr || count == 0) return cudaSuccess;
+  ToFloatsKernel<<<Grid(count, 1), kThreads, 0, stream>>>(src, dtype, dst, count);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFinishOutput(const float* o32, const float* x, const float* d_skip,
+                               int32_t num_value_heads, int32_t value_dim, void* o,
+                               int32_t dtype, int64_t count, const InputErrorRecord* record,
+                               cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  StoreFloatsKernel<<<Grid(count, 1), kThreads, 0, stream>>>(src, dst, dtype, count);
+  FinishOutputKernel<<<Grid(count, 1), kThreads, 0, stream>>>(o32, x, d_skip, num_value_heads,
+                                                             value_dim, o, dtype, count, record);
   return cudaGetLastError();
 }
 

@@ -10,6 +10,8 @@ namespace {
 
 constexpr int kRowThreads = 128;
 constexpr int kElementThreads = 256;
+static_assert(kRowThreads % kMaxWarpSize == 0 && kElementThreads % kMaxWarpSize == 0,
+              "blocks of whole warps on every target");
 
 __global__ void __launch_bounds__(kRowThreads)
 PrepareQueryKeyKernel(const LayerConfig layer, const RawInputs in, PreparedInputs out) {

@@ -16,6 +16,7 @@ namespace lumen::cuda {
 namespace {
 
 constexpr int kBlockThreads = 128;
+static_assert(kBlockThreads % kMaxWarpSize == 0, "blocks of whole warps on every target");
 constexpr int kColumnThreads = 8;
 constexpr int kRowGroups = kBlockThreads / kColumnThreads;
 constexpr int kWarps = kBlockThreads / kWarpSize;
@@ -112,6 +113,9 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   __shared__ float partial[kWarps][2 * kTileColumns];
   __shared__ float column_sum[2 * kTileColumns];
   __shared__ float reduce_scratch[kWarps * 2];
+  // Read by one thread after the check has finished, published by the barrier that ends
+  // stage(), so the whole block agrees.
+  __shared__ bool input_failed;
 
   const LayerConfig& layer = args.layer;
   const int32_t K = layer.key_dim, V = layer.value_dim;
@@ -263,11 +267,16 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
 
   if (kStaged) CopyAsyncWaitAll();  // this thread's own rows of the tile have arrived
 
+  // The input check (the kernel before this one) has finished: its record can be read.
+  WaitForPrerequisiteGrids();
+  if (threadIdx.x == 0) input_failed = InputFailed(args.input_error);
+
   // Pass 1: decay, and the additive write; partial sums over this thread's rows.
   const int32_t pass_end = kSingleChunk ? 1 : K;  // one chunk, known at compile time
   for (int32_t base = 0; base < pass_end; base += kChunk) {
     if (!kSingleChunk && base > 0) __syncthreads();  // the previous chunk's reads are done
     stage(base, true);
+    if (input_failed) return;  // the call's inputs failed their check: change nothing
     if constexpr (kStaged) {
 #pragma unroll
       for (int m = 0; m < kRows; ++m) {
@@ -412,6 +421,10 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
 __global__ void __launch_bounds__(kBlockThreads)
 NormalizerUpdateKernel(const StepArgs args, const StepStates states) {
   __shared__ float reduce_scratch[kWarps * 2];
+  __shared__ bool input_failed;
+  if (threadIdx.x == 0) input_failed = InputFailed(args.input_error);
+  __syncthreads();
+  if (input_failed) return;
   const LayerConfig& layer = args.layer;
   const int32_t K = layer.key_dim, V = layer.value_dim;
   const int32_t HV = layer.num_value_heads, H = layer.num_heads;
@@ -446,6 +459,21 @@ cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t 
   const int64_t tiles = (args.layer.value_dim + tile_columns - 1) / tile_columns;
   const dim3 grid(static_cast<uint32_t>(tiles * args.layer.num_value_heads),
                   static_cast<uint32_t>(args.num_sessions));
+#if LUMEN_GPU_NVIDIA_PATHS
+  if (args.follows_check) {
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(kBlockThreads);
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, RecurrentStepKernel<kVec, kRows, kSingleChunk>, args,
+                              states);
+  }
+#endif
   RecurrentStepKernel<kVec, kRows, kSingleChunk><<<grid, kBlockThreads, 0, stream>>>(args, states);
   return cudaGetLastError();
 }

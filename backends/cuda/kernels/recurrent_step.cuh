@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backends/cuda/gpu_compat.cuh"
+#include "backends/cuda/kernels/input_check.cuh"
 #include "backends/cuda/kernels/layer_math.cuh"
 
 namespace lumen::cuda {
@@ -26,6 +27,12 @@ struct StepArgs {
   bool state_bf16 = false;
   int32_t num_sessions = 0;   // <= kStepSessionsPerLaunch
   int32_t first_session = 0;  // session s of this launch reads token first_session + s
+  // While this record holds an error, the launch changes no state and writes no output.
+  const InputErrorRecord* input_error = nullptr;
+  // The launch directly follows the input check (LaunchCheckInputs) on the stream: on sm_90
+  // it then starts while the check runs, loads its state, and waits for the check before it
+  // reads the record (programmatic dependent launch).
+  bool follows_check = false;
 };
 
 // Enqueues one token for each session of `args` on `stream`: the state update, o, and for a

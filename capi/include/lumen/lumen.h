@@ -6,7 +6,7 @@
  * Objects
  *   lumen_model_builder  collects the description of a model, layer by layer.
  *   lumen_model          an immutable, validated list of layers (reference counted).
- *   lumen_engine         a model bound to a backend (CPU or CUDA; ROCm later) and its
+ *   lumen_engine         a model bound to a backend (CPU, CUDA or ROCm) and its
  *                        worker threads; it runs every step and prefill.
  *   lumen_session        the fixed-size state of every layer of the model for one
  *                        conversation, plus how many tokens each layer has consumed.
@@ -40,16 +40,24 @@
  *     it (fork, read_state, snapshot) while another call changes it. Builders are not
  *     thread-safe.
  *
- * GPU engines (LUMEN_BACKEND_CUDA)
+ * GPU engines (LUMEN_BACKEND_CUDA, LUMEN_BACKEND_ROCM)
+ *   - Both run the same kernels (the ROCm backend is the CUDA backend's sources compiled with
+ *     HIP for AMD GPUs), with the same rules below; for ROCm read HIP for CUDA throughout:
+ *     device memory is HIP device memory, a stream a hipStream_t, a graph a HIP graph.
  *   - A session's state lives in device memory, in slots of a pool the engine grows on demand.
  *   - Layer calls whose input and output buffers are all LUMEN_MEMORY_DEVICE are asynchronous:
- *     the work is enqueued on lumen_layer_inputs.stream (a cudaStream_t; NULL is the legacy
- *     default stream) and the call returns without waiting. The output and the new state are
- *     ready when the work enqueued on that stream before the call returned has finished; the
- *     caller's buffers must stay valid and unchanged until then. Such a call allocates,
- *     synchronizes and copies nothing through pageable memory when it is a step or
- *     lumen_engine_step_batch, so it may be captured in a CUDA graph and replayed (replays
- *     update the same sessions' state, in the captured order).
+ *     the work is enqueued on lumen_layer_inputs.stream (a cudaStream_t, or a hipStream_t for
+ *     ROCm; NULL is the default stream, CUDA's legacy one) and the call returns without
+ *     waiting. The output and the new state are ready when the work enqueued on that stream
+ *     before the call returned has finished; the caller's buffers must stay valid and
+ *     unchanged until then. Such a call synchronizes and
+ *     copies nothing through host memory, so it may be captured in a CUDA graph and replayed
+ *     (replays update the same sessions' state, in the captured order). A prefill, and a step
+ *     of a layer with a convolution or Mamba-2, uses the engine's device scratch, which the
+ *     first call of a larger size grows (cudaMalloc); while the stream is captured a call
+ *     that needs more than the engine holds fails with LUMEN_ERROR_UNSUPPORTED (run one call
+ *     of that size first). Graphs of such calls share that scratch: replay them in order
+ *     with the engine's other calls (one stream, or synchronize in between).
  *   - A call with any LUMEN_MEMORY_HOST buffer copies through the engine's device scratch and
  *     returns when its output has been written back and the state updated.
  *   - Every other call that touches a session's state (create, fork, reset, read_state,
@@ -61,11 +69,22 @@
  *     (any of the calls above, or cudaStreamSynchronize); CUDA errors of that kind are sticky,
  *     and the engine then answers LUMEN_ERROR_BACKEND with CUDA's message.
  *   - LUMEN_BACKEND_CUDA without a usable CUDA device (none, no driver, or a library built
- *     without CUDA) is LUMEN_ERROR_UNSUPPORTED with a message; LUMEN_BACKEND_AUTO then
- *     picks the CPU.
- *   - The CUDA backend does not run short convolutions (conv_size > 0) or Mamba-2 layers
- *     (ssd with gate_raw) yet: an engine of a model with such a layer is
- *     LUMEN_ERROR_UNSUPPORTED with LUMEN_BACKEND_CUDA, and runs on the CPU with AUTO.
+ *     without CUDA) is LUMEN_ERROR_UNSUPPORTED with a message; so is LUMEN_BACKEND_ROCM
+ *     without a usable AMD GPU (none, no HIP 5 runtime libamdhip64.so.5, a GPU of a target
+ *     the library was not built for, or a library built without ROCm). A ROCm-enabled
+ *     library loads the HIP runtime only when it looks for an AMD GPU, so it loads and runs
+ *     on the CPU where ROCm is not installed. LUMEN_BACKEND_AUTO picks CUDA, then ROCm, then
+ *     the CPU.
+ *   - Input values are checked on the device (see lumen_layer_inputs). A call with any
+ *     LUMEN_MEMORY_HOST buffer returns the error itself, with the CPU backend's message, and
+ *     changes no session and no output. An asynchronous call cannot: it returns LUMEN_OK, and
+ *     the error is recorded in the engine and reported, as LUMEN_ERROR_INVALID_ARGUMENT whose
+ *     message quotes the CPU's, by the next call of the engine that waits for the device: any
+ *     call listed above (create, fork, reset, read_state, ...) or a layer call with a host
+ *     buffer. That call does nothing else (repeat it), and reporting clears the record. From
+ *     the failing call until the report, every layer call of the engine (the failing one, and
+ *     any enqueued after it, graph replays included) leaves state and outputs unchanged;
+ *     only the sessions' token counts (lumen_session_tokens) count those calls' tokens.
  *
  * Shapes (one session, one layer; row-major, innermost last; see docs/ and the SPEC):
  *   q, k   [T, H, K]      v, o   [T, HV, V]      beta [T, HV]
@@ -186,15 +205,18 @@ typedef enum lumen_dtype {
 /** Which memory a buffer lives in. */
 typedef enum lumen_memory {
   LUMEN_MEMORY_HOST = 0,
-  LUMEN_MEMORY_DEVICE = 1 /* memory of the engine's device (GPU backends) */
+  LUMEN_MEMORY_DEVICE = 1 /* memory of the engine's device: CUDA device memory for CUDA,
+                             HIP device memory for ROCm */
 } lumen_memory;
 
 /** Backends an engine can run on. */
 typedef enum lumen_backend {
-  LUMEN_BACKEND_AUTO = 0, /* the best backend built, present and able to run the model */
+  LUMEN_BACKEND_AUTO = 0, /* the best backend built, present and able to run the model:
+                             CUDA, then ROCm, then the CPU */
   LUMEN_BACKEND_CPU = 1,
-  LUMEN_BACKEND_CUDA = 2,
-  LUMEN_BACKEND_ROCM = 3
+  LUMEN_BACKEND_CUDA = 2, /* NVIDIA GPUs of compute capability 8.0 or newer */
+  LUMEN_BACKEND_ROCM = 3  /* AMD GPUs of the targets the library was built for (by default
+                             gfx90a, gfx908, gfx1030), through the HIP 5 runtime */
 } lumen_backend;
 
 /**
@@ -428,7 +450,8 @@ LUMEN_API void lumen_engine_options_init(lumen_engine_options* options);
 /**
  * Creates an engine that runs `model` on the chosen backend. options may be NULL (defaults).
  * The engine keeps a reference to the model. Returns LUMEN_ERROR_UNSUPPORTED when the backend
- * was not built or no device is present. Free with lumen_engine_destroy.
+ * was not built, no usable device is present (see "GPU engines" above), or the backend does
+ * not run one of the model's layers. Free with lumen_engine_destroy.
  */
 LUMEN_API lumen_status lumen_engine_create(const lumen_model* model,
                                            const lumen_engine_options* options,
@@ -520,8 +543,8 @@ LUMEN_API lumen_status lumen_session_write_state(lumen_session* session, int32_t
  * (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
  * beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
  * (and, in a call of several sessions, which session's token), the head and the channel; no
- * session changes. The CUDA backend does not check values yet: there, such inputs give
- * non-finite outputs and state.
+ * session changes. On GPU engines a call over device buffers reports this later (see "GPU
+ * engines").
  */
 typedef struct lumen_layer_inputs {
   uint32_t struct_size; /* set by init */
@@ -532,9 +555,10 @@ typedef struct lumen_layer_inputs {
   const void* v;    int64_t v_count;    /* [T, HV, V] */
   const void* g;    int64_t g_count;    /* [T, HV] or [T, HV, K] */
   const void* beta; int64_t beta_count; /* [T, HV] */
-  /* Added after 0.1.0 (struct_size tells whether a caller has it): the GPU stream (cudaStream_t)
-   * that a call over LUMEN_MEMORY_DEVICE buffers is enqueued on; NULL is the legacy default
-   * stream. Ignored by the CPU backend and by calls with host buffers. */
+  /* Added after 0.1.0 (struct_size tells whether a caller has it): the GPU stream that a call
+   * over LUMEN_MEMORY_DEVICE buffers is enqueued on, a cudaStream_t for CUDA engines and a
+   * hipStream_t for ROCm engines; NULL is the default stream (CUDA's legacy default stream).
+   * Ignored by the CPU backend and by calls with host buffers. */
   void* stream;
 } lumen_layer_inputs;
 

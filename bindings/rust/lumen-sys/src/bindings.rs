@@ -670,7 +670,8 @@ extern "C" {
 extern "C" {
     #[doc = " Creates an engine that runs `model` on the chosen backend. options may be NULL (defaults)."]
     #[doc = " The engine keeps a reference to the model. Returns LUMEN_ERROR_UNSUPPORTED when the backend"]
-    #[doc = " was not built or no device is present. Free with lumen_engine_destroy."]
+    #[doc = " was not built, no usable device is present (see \"GPU engines\" above), or the backend does"]
+    #[doc = " not run one of the model's layers. Free with lumen_engine_destroy."]
     pub fn lumen_engine_create(
         model: *const lumen_model,
         options: *const lumen_engine_options,
@@ -780,8 +781,8 @@ extern "C" {
 #[doc = " (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with"]
 #[doc = " beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token"]
 #[doc = " (and, in a call of several sessions, which session's token), the head and the channel; no"]
-#[doc = " session changes. The CUDA backend does not check values yet: there, such inputs give"]
-#[doc = " non-finite outputs and state."]
+#[doc = " session changes. On GPU engines a call over device buffers reports this later (see \"GPU"]
+#[doc = " engines\")."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct lumen_layer_inputs {

@@ -365,7 +365,8 @@ def lumen_engine_create(model, options):
     r"""
     Creates an engine that runs `model` on the chosen backend. options may be NULL (defaults).
     The engine keeps a reference to the model. Returns LUMEN_ERROR_UNSUPPORTED when the backend
-    was not built or no device is present. Free with lumen_engine_destroy.
+    was not built, no usable device is present (see "GPU engines" above), or the backend does
+    not run one of the model's layers. Free with lumen_engine_destroy.
     """
     return _capi.lumen_engine_create(model, options)
 
@@ -452,8 +453,8 @@ class lumen_layer_inputs(object):
     (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
     beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
     (and, in a call of several sessions, which session's token), the head and the channel; no
-    session changes. The CUDA backend does not check values yet: there, such inputs give
-    non-finite outputs and state.
+    session changes. On GPU engines a call over device buffers reports this later (see "GPU
+    engines").
     """
 
     thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")

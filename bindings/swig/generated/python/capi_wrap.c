@@ -8178,7 +8178,8 @@ static PyMethodDef SwigMethods[] = {
 	 { "lumen_engine_create", _wrap_lumen_engine_create, METH_VARARGS, "\n"
 		"Creates an engine that runs `model` on the chosen backend. options may be NULL (defaults).\n"
 		"The engine keeps a reference to the model. Returns LUMEN_ERROR_UNSUPPORTED when the backend\n"
-		"was not built or no device is present. Free with lumen_engine_destroy.\n"
+		"was not built, no usable device is present (see \"GPU engines\" above), or the backend does\n"
+		"not run one of the model's layers. Free with lumen_engine_destroy.\n"
 		""},
 	 { "lumen_engine_destroy", _wrap_lumen_engine_destroy, METH_O, " Releases the caller's reference; sessions keep their own. NULL is a no-op."},
 	 { "lumen_engine_backend", _wrap_lumen_engine_backend, METH_O, " Writes the backend actually used (never AUTO) to *out."},

@@ -235,7 +235,8 @@ public class Capi implements CapiConstants {
   /**
    * Creates an engine that runs `model` on the chosen backend. options may be NULL (defaults).<br>
    * The engine keeps a reference to the model. Returns LUMEN_ERROR_UNSUPPORTED when the backend<br>
-   * was not built or no device is present. Free with lumen_engine_destroy.
+   * was not built, no usable device is present (see "GPU engines" above), or the backend does<br>
+   * not run one of the model's layers. Free with lumen_engine_destroy.
    */
   public static int lumen_engine_create(long model, EngineOptions options, long[] out) {
     int status = CapiJNI.lumen_engine_create(model, EngineOptions.getCPtr(options), options, out);

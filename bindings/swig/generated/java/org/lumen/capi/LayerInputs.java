@@ -22,8 +22,8 @@ package org.lumen.capi;
  * (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with<br>
  * beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token<br>
  * (and, in a call of several sessions, which session's token), the head and the channel; no<br>
- * session changes. The CUDA backend does not check values yet: there, such inputs give<br>
- * non-finite outputs and state.
+ * session changes. On GPU engines a call over device buffers reports this later (see "GPU<br>
+ * engines").
  */
 public class LayerInputs {
   private transient long swigCPtr;
