@@ -15,18 +15,22 @@
 #include "backends/cpu/head_kernels.h"
 #include "backends/cpu/kernel_targets.h"
 #include "backends/cpu/small_matmul.h"
+#include "backends/cpu/vector_math.h"
 
 namespace lumen::cpu {
 namespace {
 
 // A chunk ends before the token whose b' falls below -kMaxChunkLogDecay in any channel.
-// The split Q~ K-^T factors exp(b_t - b_s) into exp(b'_t) * exp(-b'_s); with |b'| <= 30,
-// exp(-b') <= 1.1e13 stays far from fp32 overflow and exp(b') >= 9e-14 far from denormals,
-// so every product q exp(b') * k exp(-b') keeps fp32 relative precision for inputs of any
-// sane magnitude. Strong decays only shorten chunks; the recurrence is the same for any
-// split. b' (not b) is bounded so one token with a huge decay, such as -100, cannot push
-// everything after it out of range: its own factor exp(g_1) multiplies S0 only.
-constexpr float kMaxChunkLogDecay = 30.0f;
+// The split Q~ K-^T factors exp(b_t - b_s) into exp(b'_t) * exp(-b'_s); with |b'| <= 60,
+// exp(-b') <= 1.2e26 stays far from fp32 overflow (3.4e38) and exp(b') >= 8.8e-27 far from
+// denormals (1.2e-38), so every product q exp(b') * k exp(-b') keeps fp32 relative precision
+// for inputs of any sane magnitude, and entries above the diagonal (at most q k exp(60)) stay
+// finite too. Strong decays only shorten chunks; the recurrence is the same for any split.
+// b' (not b) is bounded so one token with a huge decay, such as -100, cannot push everything
+// after it out of range: its own factor exp(g_1) multiplies S0 only. The bound is wide so
+// that per-channel gates with strong heads (kda's -exp(A_log) dt reaches -1.6 per token)
+// still get chunks of 40 tokens or more.
+constexpr float kMaxChunkLogDecay = 60.0f;
 
 // Views into ChunkWorkspace::buffer; C = kChunkSize rows are reserved, the first
 // `length` used. Matrices indexed by token use the chunk's length as leading dimension.
@@ -43,7 +47,7 @@ struct ChunkScratch {
   float* scores;       // [C, C] P = tril(Q~ K-^T), diagonal included
   float* transform;    // [C, C] K+ K-^T, then row by row -A, A = strict_tril(diag(beta)
                        // K+ K-^T), delta rule
-  float* values;       // [C, V] U: V for additive writes, the solved U for the delta rule
+  float* values;       // [C, V] U for the delta rule (additive writes read V in place)
 };
 
 int32_t GateWidth(GateKind gate, int32_t key_dim) {
@@ -96,7 +100,13 @@ void DecayFactors(GateKind gate, int32_t key_dim, const float* from, const float
       std::fill(out, out + key_dim, std::exp(to[0] - (from ? from[0] : 0.0f)));
       break;
     case GateKind::kVector:
-      for (int32_t i = 0; i < key_dim; ++i) out[i] = std::exp(to[i] - (from ? from[i] : 0.0f));
+      if (from == nullptr) {
+#pragma omp simd
+        for (int32_t i = 0; i < key_dim; ++i) out[i] = VectorExp(to[i]);
+      } else {
+#pragma omp simd
+        for (int32_t i = 0; i < key_dim; ++i) out[i] = VectorExp(to[i] - from[i]);
+      }
       break;
   }
 }
@@ -170,61 +180,75 @@ void ScaleInputs(const HeadRule& rule, const HeadSequence& seq, int32_t start,
   }
 }
 
-// Step 3: P[t, s] = q~_t . k-_s, read for s <= t only. The whole C x C product costs twice
-// the triangle's multiply-adds but runs as one register-blocked product instead of C^2 / 2
-// dot products with a reduction each (about 10% of a delta-rule prefill); entries above the
-// diagonal are finite and never read.
+// Step 3: P = tril(Q~ K-^T), diagonal included. The whole C x C product costs twice the
+// triangle's multiply-adds but runs as one register-blocked product; the entries above the
+// diagonal are then zeroed, so P U can run as whole blocks of rows.
+template <class Shape>
 void ComputeScores(int32_t key_dim, int32_t length, const ChunkScratch& s) {
-  std::fill(s.scores, s.scores + length * length, 0.0f);
-  MatMulAdd(length, length, key_dim, s.q_tilde, key_dim, s.k_minus_t, length, s.scores,
-            length);
-}
-
-// Step 4 (additive): U = V.
-void CopyValues(const HeadSequence& seq, int32_t start, int32_t length,
-                const ChunkScratch& s) {
-  for (int32_t t = 0; t < length; ++t) {
-    const float* v = seq.v + (start + t) * seq.v_stride;
-    std::copy(v, v + seq.value_dim, s.values + t * seq.value_dim);
+  MatMul<Shape>(length, length, key_dim, s.q_tilde, key_dim, s.k_minus_t, length, s.scores,
+                length, Landing::kOverwrite);
+  for (int32_t t = 0; t + 1 < length; ++t) {
+    std::fill(s.scores + t * length + t + 1, s.scores + (t + 1) * length, 0.0f);
   }
 }
 
+// The rows U the chunk writes into the state: V itself for additive writes, the solved U
+// for the delta rule.
+struct ChunkValues {
+  const float* rows;
+  int64_t stride;  // floats between rows
+};
+
+// Rows of U the forward substitution solves together: the rows before a block reach it as
+// one matrix product; only the block's own triangle runs row by row.
+constexpr int32_t kSolveBlock = 16;
+
 // Step 4 (delta rule): solve (I + A) U = diag(beta) (V - Kh S0) by forward substitution,
 // A[t, s] = beta_t k+_t . k-_s for s < t.
+template <class Shape>
 void SolveDeltaValues(const HeadSequence& seq, int32_t start, int32_t length,
                       const float* state, const ChunkScratch& s) {
   const int32_t key_dim = seq.key_dim;
   const int32_t value_dim = seq.value_dim;
   float* u = s.values;  // [C, V]
-  std::fill(u, u + static_cast<int64_t>(length) * value_dim, 0.0f);
-  std::fill(s.transform, s.transform + length * length, 0.0f);
-  MatMulAdd(length, length, key_dim, s.k_plus, key_dim, s.k_minus_t, length, s.transform,
-            length);
-  MatMulAdd(length, value_dim, key_dim, s.k_hat, key_dim, state, value_dim, u, value_dim);
-  for (int32_t t = 0; t < length; ++t) {
-    const float beta = seq.beta[(start + t) * seq.beta_stride];
-    const float* v = seq.v + (start + t) * seq.v_stride;
-    float* u_t = u + t * value_dim;
+  MatMul<Shape>(length, length, key_dim, s.k_plus, key_dim, s.k_minus_t, length, s.transform,
+                length, Landing::kOverwrite);
+  MatMul<Shape>(length, value_dim, key_dim, s.k_hat, key_dim, state, value_dim, u, value_dim,
+                Landing::kOverwrite);
+  for (int32_t block = 0; block < length; block += kSolveBlock) {
+    const int32_t end = std::min(length, block + kSolveBlock);
+    for (int32_t t = block; t < end; ++t) {
+      const float beta = seq.beta[(start + t) * seq.beta_stride];
+      const float* v = seq.v + (start + t) * seq.v_stride;
+      float* u_t = u + t * value_dim;
 #pragma omp simd
-    for (int32_t j = 0; j < value_dim; ++j) u_t[j] = beta * (v[j] - u_t[j]);
-    // Row t of -A, then u_t += -A[t, :t] U[:t] (rows before t are final already).
-    float* minus_a = s.transform + t * length;
-    for (int32_t r = 0; r < t; ++r) minus_a[r] *= -beta;
-    RowMatMulAdd(value_dim, t, minus_a, u, value_dim, u_t);
+      for (int32_t j = 0; j < value_dim; ++j) u_t[j] = beta * (v[j] - u_t[j]);
+      float* minus_a = s.transform + t * length;  // row t of -A
+      for (int32_t r = 0; r < t; ++r) minus_a[r] *= -beta;
+    }
+    // U[block] += -A[block, :block] U[:block]: those rows are final already.
+    if (block > 0) {
+      MatMul<Shape>(end - block, value_dim, block, s.transform + block * length, length, u,
+                    value_dim, u + block * value_dim, value_dim);
+    }
+    for (int32_t t = block + 1; t < end; ++t) {
+      const float* minus_a = s.transform + t * length;
+      float* u_t = u + t * value_dim;
+      for (int32_t r = block; r < t; ++r) Axpy(value_dim, minus_a[r], u + r * value_dim, u_t);
+    }
   }
 }
 
 // Step 5: O = Qh S0 + P U, written straight into the output rows.
+template <class Shape>
 void ComputeOutput(const HeadSequence& seq, int32_t start, int32_t length,
-                   const float* state, const ChunkScratch& s) {
+                   const float* state, const ChunkValues& u, const ChunkScratch& s) {
   const int32_t value_dim = seq.value_dim;
   float* o = seq.o + start * seq.o_stride;
-  for (int32_t t = 0; t < length; ++t) {
-    std::fill(o + t * seq.o_stride, o + t * seq.o_stride + value_dim, 0.0f);
-  }
-  MatMulAdd(length, value_dim, seq.key_dim, s.q_hat, seq.key_dim, state, value_dim, o,
-            seq.o_stride);
-  LowerMatMulAdd(length, value_dim, s.scores, length, s.values, value_dim, o, seq.o_stride);
+  MatMul<Shape>(length, value_dim, seq.key_dim, s.q_hat, seq.key_dim, state, value_dim, o,
+                seq.o_stride, Landing::kOverwrite);
+  LowerMatMulAdd<Shape>(length, value_dim, s.scores, length, u.rows, u.stride, o,
+                        seq.o_stride);
 }
 
 // Step 6 (linear attention only, so no decay): o_t /= (q_t . z0 + sum_{s<=t} P[t, s] + eps);
@@ -246,46 +270,85 @@ void Normalize(const HeadRule& rule, const HeadSequence& seq, int32_t start, int
   }
 }
 
-// Step 7: S_C = Diag(exp(b_C)) S0 + (K ⊙ exp(b_C - b))^T U.
-void UpdateState(const HeadRule& rule, const HeadSequence& seq, int32_t length, float* state,
-                 const ChunkScratch& s) {
+// Step 7: S_C = Diag(exp(b_C)) S0 + (K ⊙ exp(b_C - b))^T U, the decay applied as the
+// product lands: one pass over the state.
+template <class Shape>
+void UpdateState(const HeadRule& rule, const HeadSequence& seq, int32_t length,
+                 const ChunkValues& u, float* state, const ChunkScratch& s) {
   const int32_t key_dim = seq.key_dim;
   const int32_t value_dim = seq.value_dim;
-  if (rule.gate != GateKind::kNone) {
-    const int32_t width = GateWidth(rule.gate, key_dim);
-    DecayFactors(rule.gate, key_dim, nullptr, s.log_decay + (length - 1) * width, s.factor);
-    for (int32_t i = 0; i < key_dim; ++i) {
-      const float decay = s.first_decay[i] * s.factor[i];  // exp(g_1) exp(b'_C)
-      float* row = state + static_cast<int64_t>(i) * value_dim;
-#pragma omp simd
-      for (int32_t j = 0; j < value_dim; ++j) row[j] *= decay;
-    }
+  if (rule.gate == GateKind::kNone) {
+    MatMul<Shape>(key_dim, value_dim, length, s.k_end_t, length, u.rows, u.stride, state,
+                  value_dim);
+    return;
   }
-  MatMulAdd(key_dim, value_dim, length, s.k_end_t, length, s.values, value_dim, state,
-            value_dim);
+  const int32_t width = GateWidth(rule.gate, key_dim);
+  DecayFactors(rule.gate, key_dim, nullptr, s.log_decay + (length - 1) * width, s.factor);
+#pragma omp simd
+  for (int32_t i = 0; i < key_dim; ++i) s.factor[i] *= s.first_decay[i];  // exp(g_1) exp(b'_C)
+  MatMul<Shape>(key_dim, value_dim, length, s.k_end_t, length, u.rows, u.stride, state,
+                value_dim, Landing::kScaleAdd, s.factor);
 }
 
-}  // namespace
-
-LUMEN_CPU_KERNEL
-void RunChunkwise(const HeadRule& rule, const HeadSequence& seq, float* state,
-                  float* normalizer, ChunkWorkspace* workspace) {
-  if (seq.num_tokens <= 0) return;
+template <class Shape>
+void RunChunks(const HeadRule& rule, const HeadSequence& seq, float* state, float* normalizer,
+               ChunkWorkspace* workspace) {
   const ChunkScratch scratch = CarveScratch(seq.key_dim, seq.value_dim, workspace);
   int32_t start = 0;
   while (start < seq.num_tokens) {
     const int32_t length = MeasureChunk(rule.gate, seq, start, scratch);
     ScaleInputs(rule, seq, start, length, scratch);
-    ComputeScores(seq.key_dim, length, scratch);
+    ComputeScores<Shape>(seq.key_dim, length, scratch);
+    ChunkValues u{seq.v + start * seq.v_stride, seq.v_stride};
     if (rule.delta) {
-      SolveDeltaValues(seq, start, length, state, scratch);
-    } else {
-      CopyValues(seq, start, length, scratch);
+      SolveDeltaValues<Shape>(seq, start, length, state, scratch);
+      u = {scratch.values, seq.value_dim};
     }
-    ComputeOutput(seq, start, length, state, scratch);
+    ComputeOutput<Shape>(seq, start, length, state, u, scratch);
     if (rule.normalize) Normalize(rule, seq, start, length, normalizer, scratch);
-    UpdateState(rule, seq, length, state, scratch);
+    UpdateState<Shape>(rule, seq, length, u, state, scratch);
     start += length;
+  }
+}
+
+// One build per SIMD level, each with the register tiles that level's registers hold.
+#if LUMEN_KERNEL_LEVELS
+LUMEN_KERNEL_AVX512
+void RunChunksAvx512(const HeadRule& rule, const HeadSequence& seq, float* state,
+                     float* normalizer, ChunkWorkspace* workspace) {
+  RunChunks<Avx512Shape>(rule, seq, state, normalizer, workspace);
+}
+
+LUMEN_KERNEL_AVX2
+void RunChunksAvx2(const HeadRule& rule, const HeadSequence& seq, float* state,
+                   float* normalizer, ChunkWorkspace* workspace) {
+  RunChunks<Avx2Shape>(rule, seq, state, normalizer, workspace);
+}
+#endif
+
+LUMEN_KERNEL_BASELINE
+void RunChunksBaseline(const HeadRule& rule, const HeadSequence& seq, float* state,
+                       float* normalizer, ChunkWorkspace* workspace) {
+  RunChunks<Vector128Shape>(rule, seq, state, normalizer, workspace);
+}
+
+}  // namespace
+
+void RunChunkwise(const HeadRule& rule, const HeadSequence& seq, float* state,
+                  float* normalizer, ChunkWorkspace* workspace) {
+  if (seq.num_tokens <= 0) return;
+  switch (CpuKernelLevel()) {
+#if LUMEN_KERNEL_LEVELS
+    case KernelLevel::kAvx512:
+      RunChunksAvx512(rule, seq, state, normalizer, workspace);
+      return;
+    case KernelLevel::kAvx2:
+      RunChunksAvx2(rule, seq, state, normalizer, workspace);
+      return;
+#endif
+    default:
+      RunChunksBaseline(rule, seq, state, normalizer, workspace);
+      return;
   }
 }
 

@@ -79,8 +79,7 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
       const float* bias = spec.dt_bias.data() + value_head * K;
       for (int64_t t = 0; t < seq.num_tokens; ++t) {
         const float* raw = seq.g + t * seq.g_stride;
-        float* decay = scratch.gate.data() + t * K;
-        for (int64_t i = 0; i < K; ++i) decay[i] = RawGateToLogDecay(minus_a, raw[i], bias[i]);
+        RawGatesToLogDecays(minus_a, raw, bias, K, scratch.gate.data() + t * K);
       }
       seq.g = scratch.gate.data();
       seq.g_stride = K;

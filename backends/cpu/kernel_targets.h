@@ -6,10 +6,45 @@
 // runnable on any x86-64 CPU and runs the widest vectors the CPU has; the third clone costs
 // about 3 s of compile time (lumen bench --cpu measures what each gives).
 // LUMEN_BASELINE_KERNELS_ONLY builds the baseline copy alone, so tests can check it too.
+//
+// A kernel whose code must differ by level (register tiles sized for the vector width: see
+// small_matmul.h) is written as a template and instantiated by hand in functions marked
+// LUMEN_KERNEL_AVX512 / LUMEN_KERNEL_AVX2 / LUMEN_KERNEL_BASELINE; CpuKernelLevel() says
+// which one to call, by the same rule as the ifunc.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(LUMEN_BASELINE_KERNELS_ONLY)
 #define LUMEN_CPU_KERNEL \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), flatten))
+#define LUMEN_KERNEL_LEVELS 1
+#define LUMEN_KERNEL_AVX512 __attribute__((target("arch=x86-64-v4"), flatten))
+#define LUMEN_KERNEL_AVX2 __attribute__((target("arch=x86-64-v3"), flatten))
 #else
 #define LUMEN_CPU_KERNEL
+#define LUMEN_KERNEL_LEVELS 0
 #endif
+#if defined(__GNUC__)
+#define LUMEN_KERNEL_BASELINE __attribute__((flatten))
+#else
+#define LUMEN_KERNEL_BASELINE
+#endif
+
+namespace lumen::cpu {
+
+enum class KernelLevel { kBaseline, kAvx2, kAvx512 };
+
+// The widest level this build has and the CPU runs; computed once.
+inline KernelLevel CpuKernelLevel() {
+#if LUMEN_KERNEL_LEVELS
+  static const KernelLevel level = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("x86-64-v4")) return KernelLevel::kAvx512;
+    if (__builtin_cpu_supports("x86-64-v3")) return KernelLevel::kAvx2;
+    return KernelLevel::kBaseline;
+  }();
+  return level;
+#else
+  return KernelLevel::kBaseline;
+#endif
+}
+
+}  // namespace lumen::cpu

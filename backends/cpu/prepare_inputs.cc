@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/kernel_targets.h"
+#include "backends/cpu/vector_math.h"
 #include "src/dtype_convert.h"
 #include "src/input_domain.h"
 #include "src/input_domain_error.h"
@@ -110,6 +112,13 @@ absl::Status PrepareQueryOrKey(const LayerSpec& spec, const LayerRun& run, const
 }
 
 }  // namespace
+
+LUMEN_CPU_KERNEL
+void RawGatesToLogDecays(float minus_a, const float* raw, const float* dt_bias, int64_t count,
+                         float* out) {
+#pragma omp simd
+  for (int64_t i = 0; i < count; ++i) out[i] = minus_a * VectorSoftplus(raw[i] + dt_bias[i]);
+}
 
 absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPool& pool,
                            PreparedInputs* out) {

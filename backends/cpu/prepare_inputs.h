@@ -40,10 +40,11 @@ struct PreparedInputs {
 
 inline float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
-// A raw gate's log-decay, SPEC's -exp(A_log) * softplus(g + dt_bias); minus_a = -exp(A_log).
-inline float RawGateToLogDecay(float minus_a, float raw, float dt_bias) {
-  return minus_a * Softplus(raw + dt_bias);
-}
+// Raw gates' log-decays, SPEC's -exp(A_log) * softplus(g + dt_bias): out[i] = minus_a *
+// softplus(raw[i] + dt_bias[i]) for i < count, minus_a = -exp(A_log). Vectorised at the
+// kernels' SIMD level (vector_math.h); out may not overlap raw or dt_bias.
+void RawGatesToLogDecays(float minus_a, const float* raw, const float* dt_bias, int64_t count,
+                         float* out);
 
 // Fails with INVALID_ARGUMENT, naming the tensor, token and head, when run.check_values is
 // on and a raw input holds a value outside its domain: non-finite anywhere, a log-gate g > 0

@@ -11,6 +11,7 @@
 
 #include "backends/cpu/head_kernels.h"
 #include "backends/cpu/kernel_targets.h"
+#include "backends/cpu/vector_math.h"
 
 namespace lumen::cpu {
 namespace {
@@ -33,7 +34,8 @@ class RowDecays {
     scalar_ = gate == GateKind::kScalar ? std::exp(g[0]) : 1.0f;
     stored_ = gate == GateKind::kVector && key_dim <= kMaxStackKeyDim;
     if (stored_) {
-      for (int32_t i = 0; i < key_dim; ++i) values_[i] = std::exp(g[i]);
+#pragma omp simd
+      for (int32_t i = 0; i < key_dim; ++i) values_[i] = VectorExp(g[i]);
     }
   }
   float operator()(int32_t i) const {

@@ -1,16 +1,173 @@
 #pragma once
-// Tiny row-major fp32 matrix helpers for the chunkwise form. Sizes are at most a chunk
-// (64) by a head width, so plain loops that GCC vectorises beat a BLAS call. The loops
-// run i-p-j with the innermost index contiguous, or as dot products whose reduction
-// `#pragma omp simd` is allowed to reorder (-fopenmp-simd, no -ffast-math needed).
+// Row-major fp32 matrix products for the chunkwise form, register-blocked. Sizes are at most
+// a chunk (64) by a head width, all in L1/L2, so the products run from cache: the speed is in
+// keeping enough independent accumulators in registers that every cycle issues its
+// multiply-adds. A tile of Rows x (Vectors * Width) floats of C is summed in registers while
+// the rows of B stream past, one broadcast of A per row and multiply-add row; the tile's size
+// follows the SIMD level it is compiled for (MatMulShape), so each kernel build picks its own.
+// GCC vector extensions lower to whatever the target has (SSE, AVX2, AVX-512, NEON); GCC
+// contracts the multiply and add into an FMA where the target has one.
 
 #include <cstdint>
+#include <cstring>
 
 namespace lumen::cpu {
 
+// A tile shape: rows of C, vectors per row, floats per vector.
+template <int32_t kRowsArg, int32_t kVectorsArg, int32_t kWidthArg>
+struct MatMulShape {
+  static constexpr int32_t kRows = kRowsArg;
+  static constexpr int32_t kVectors = kVectorsArg;
+  static constexpr int32_t kWidth = kWidthArg;
+};
+
+// AVX-512 (32 registers of 16 floats): 8 x 32 floats, 16 accumulators, 2 loads of B and 8
+// broadcasts per 16 multiply-adds. 8 rows divide the chunk (64) and the head widths.
+using Avx512Shape = MatMulShape<8, 2, 16>;
+// AVX2 (16 registers of 8 floats): 6 x 16, 12 accumulators + 2 of B + 1 broadcast.
+using Avx2Shape = MatMulShape<6, 2, 8>;
+// 128-bit vectors (SSE2: 16 registers; NEON: 32): 4 x 8, 8 accumulators.
+using Vector128Shape = MatMulShape<4, 2, 4>;
+
+template <int32_t kWidth>
+struct FloatVector;
+template <>
+struct FloatVector<4> {
+  typedef float Type __attribute__((vector_size(16)));
+};
+template <>
+struct FloatVector<8> {
+  typedef float Type __attribute__((vector_size(32)));
+};
+template <>
+struct FloatVector<16> {
+  typedef float Type __attribute__((vector_size(64)));
+};
+
+// How a product lands in C.
+enum class Landing {
+  kAdd,        // C += A B
+  kOverwrite,  // C = A B (C's old values are never read: they may be NaN)
+  kScaleAdd,   // C = diag(row_scale) C + A B
+};
+
+// C[kRows, kVectors * kWidth] (+)= A[kRows, p] B[p, kVectors * kWidth].
+template <int32_t kWidth, int32_t kRows, int32_t kVectors>
+[[gnu::always_inline]] inline void MatMulTile(int32_t p, const float* a, int64_t lda,
+                                              const float* b, int64_t ldb, float* c,
+                                              int64_t ldc, Landing landing,
+                                              const float* row_scale) {
+  using Vec = typename FloatVector<kWidth>::Type;
+  Vec acc[kRows][kVectors];
+#pragma GCC unroll 16
+  for (int32_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int32_t v = 0; v < kVectors; ++v) acc[r][v] = Vec{};
+  }
+  for (int32_t q = 0; q < p; ++q) {
+    Vec b_row[kVectors];
+#pragma GCC unroll 4
+    for (int32_t v = 0; v < kVectors; ++v) {
+      std::memcpy(&b_row[v], b + q * ldb + v * kWidth, sizeof(Vec));
+    }
+#pragma GCC unroll 16
+    for (int32_t r = 0; r < kRows; ++r) {
+      const float a_rq = a[r * lda + q];
+#pragma GCC unroll 4
+      for (int32_t v = 0; v < kVectors; ++v) acc[r][v] += a_rq * b_row[v];
+    }
+  }
+#pragma GCC unroll 16
+  for (int32_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int32_t v = 0; v < kVectors; ++v) {
+      float* out = c + r * ldc + v * kWidth;
+      Vec sum = acc[r][v];
+      if (landing != Landing::kOverwrite) {
+        Vec old;
+        std::memcpy(&old, out, sizeof(Vec));
+        if (landing == Landing::kScaleAdd) old *= row_scale[r];
+        sum += old;
+      }
+      std::memcpy(out, &sum, sizeof(Vec));
+    }
+  }
+}
+
+// One column strip of kVectors * kWidth floats, all m rows: whole tiles, then 4-, 2- and
+// 1-row tiles for the rest. The strip of B (p x strip floats) stays in L1 across the tiles.
+template <class Shape, int32_t kVectors>
+[[gnu::always_inline]] inline void MatMulStrip(int32_t m, int32_t p, const float* a,
+                                               int64_t lda, const float* b, int64_t ldb,
+                                               float* c, int64_t ldc, Landing landing,
+                                               const float* row_scale) {
+  constexpr int32_t kWidth = Shape::kWidth;
+  int32_t i = 0;
+  for (; i + Shape::kRows <= m; i += Shape::kRows) {
+    MatMulTile<kWidth, Shape::kRows, kVectors>(p, a + i * lda, lda, b, ldb, c + i * ldc, ldc,
+                                               landing, row_scale ? row_scale + i : nullptr);
+  }
+  if (Shape::kRows > 4 && i + 4 <= m) {
+    MatMulTile<kWidth, 4, kVectors>(p, a + i * lda, lda, b, ldb, c + i * ldc, ldc, landing,
+                                    row_scale ? row_scale + i : nullptr);
+    i += 4;
+  }
+  if (Shape::kRows > 2 && i + 2 <= m) {
+    MatMulTile<kWidth, 2, kVectors>(p, a + i * lda, lda, b, ldb, c + i * ldc, ldc, landing,
+                                    row_scale ? row_scale + i : nullptr);
+    i += 2;
+  }
+  for (; i < m; ++i) {
+    MatMulTile<kWidth, 1, kVectors>(p, a + i * lda, lda, b, ldb, c + i * ldc, ldc, landing,
+                                    row_scale ? row_scale + i : nullptr);
+  }
+}
+
+// c[m, n] (+)= a[m, p] b[p, n] as `landing` says; leading dimensions in floats; row_scale
+// [m] with Landing::kScaleAdd only.
+template <class Shape>
+inline void MatMul(int32_t m, int32_t n, int32_t p, const float* a, int64_t lda,
+                   const float* b, int64_t ldb, float* c, int64_t ldc,
+                   Landing landing = Landing::kAdd, const float* row_scale = nullptr) {
+  constexpr int32_t kWidth = Shape::kWidth;
+  constexpr int32_t kStrip = Shape::kVectors * kWidth;
+  int32_t j = 0;
+  for (; j + kStrip <= n; j += kStrip) {
+    MatMulStrip<Shape, Shape::kVectors>(m, p, a, lda, b + j, ldb, c + j, ldc, landing,
+                                        row_scale);
+  }
+  for (; j + kWidth <= n; j += kWidth) {
+    MatMulStrip<Shape, 1>(m, p, a, lda, b + j, ldb, c + j, ldc, landing, row_scale);
+  }
+  if (j == n) return;
+  for (int32_t i = 0; i < m; ++i) {  // the last columns, fewer than a vector
+    for (int32_t jj = j; jj < n; ++jj) {
+      float sum = 0.0f;
+      for (int32_t q = 0; q < p; ++q) sum += a[i * lda + q] * b[q * ldb + jj];
+      float& out = c[i * ldc + jj];
+      switch (landing) {
+        case Landing::kAdd: out += sum; break;
+        case Landing::kOverwrite: out = sum; break;
+        case Landing::kScaleAdd: out = row_scale[i] * out + sum; break;
+      }
+    }
+  }
+}
+
+// c[m, n] += tril(a)[m, m] b[m, n]: row i of c reads rows 0..i of b (diagonal included).
+// Entries of a above the diagonal must be zero: each block of rows reads a[i, 0:end of the
+// block].
+template <class Shape>
+inline void LowerMatMulAdd(int32_t m, int32_t n, const float* a, int64_t lda, const float* b,
+                           int64_t ldb, float* c, int64_t ldc) {
+  for (int32_t i = 0; i < m; i += Shape::kRows) {
+    const int32_t rows = m - i < Shape::kRows ? m - i : Shape::kRows;
+    MatMul<Shape>(rows, n, i + rows, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+  }
+}
+
 // Partial sums kept in independent lanes: GCC vectorises this fixed-width loop even where
-// it does not vectorise a `#pragma omp simd reduction` (it left the inlined reduction scalar
-// in the chunkwise kernel, where dot products took half the time).
+// it does not vectorise a `#pragma omp simd reduction`.
 inline constexpr int32_t kDotLanes = 16;
 
 inline float Dot(const float* x, const float* y, int32_t n) {
@@ -29,80 +186,6 @@ inline float Dot(const float* x, const float* y, int32_t n) {
 inline void Axpy(int32_t n, float alpha, const float* x, float* y) {
 #pragma omp simd
   for (int32_t j = 0; j < n; ++j) y[j] += alpha * x[j];
-}
-
-// Columns of c kept in registers while a row of a streams past: one load of b per
-// multiply-add instead of reloading and storing c for every term.
-inline constexpr int32_t kMatMulTile = 16;
-
-// c_row[0:n] += a_row[0:p] b[p, n], tile by tile.
-inline void RowMatMulAdd(int32_t n, int32_t p, const float* a_row, const float* b,
-                         int64_t ldb, float* c_row) {
-  int32_t j0 = 0;
-  for (; j0 + kMatMulTile <= n; j0 += kMatMulTile) {
-    float acc[kMatMulTile];
-    for (int32_t j = 0; j < kMatMulTile; ++j) acc[j] = c_row[j0 + j];
-    for (int32_t r = 0; r < p; ++r) {
-      const float a = a_row[r];
-      const float* b_row = b + r * ldb + j0;
-#pragma omp simd
-      for (int32_t j = 0; j < kMatMulTile; ++j) acc[j] += a * b_row[j];
-    }
-    for (int32_t j = 0; j < kMatMulTile; ++j) c_row[j0 + j] = acc[j];
-  }
-  if (j0 < n) {
-    for (int32_t r = 0; r < p; ++r) Axpy(n - j0, a_row[r], b + r * ldb + j0, c_row + j0);
-  }
-}
-
-// Rows of c computed together: each load of b feeds this many multiply-adds, which keeps
-// the products from waiting on loads (4 x kMatMulTile accumulators fit the registers).
-inline constexpr int32_t kMatMulRows = 4;
-
-// c[kMatMulRows, n] += a[kMatMulRows, p] b[p, n].
-inline void RowsMatMulAdd(int32_t n, int32_t p, const float* a, int64_t lda, const float* b,
-                          int64_t ldb, float* c, int64_t ldc) {
-  int32_t j0 = 0;
-  for (; j0 + kMatMulTile <= n; j0 += kMatMulTile) {
-    float acc[kMatMulRows][kMatMulTile];
-    for (int32_t r = 0; r < kMatMulRows; ++r) {
-      for (int32_t j = 0; j < kMatMulTile; ++j) acc[r][j] = c[r * ldc + j0 + j];
-    }
-    for (int32_t q = 0; q < p; ++q) {
-      const float* b_row = b + q * ldb + j0;
-      for (int32_t r = 0; r < kMatMulRows; ++r) {
-        const float a_rq = a[r * lda + q];
-#pragma omp simd
-        for (int32_t j = 0; j < kMatMulTile; ++j) acc[r][j] += a_rq * b_row[j];
-      }
-    }
-    for (int32_t r = 0; r < kMatMulRows; ++r) {
-      for (int32_t j = 0; j < kMatMulTile; ++j) c[r * ldc + j0 + j] = acc[r][j];
-    }
-  }
-  if (j0 < n) {
-    for (int32_t r = 0; r < kMatMulRows; ++r) {
-      for (int32_t q = 0; q < p; ++q) {
-        Axpy(n - j0, a[r * lda + q], b + q * ldb + j0, c + r * ldc + j0);
-      }
-    }
-  }
-}
-
-// c[m, n] += a[m, p] b[p, n]; leading dimensions in floats.
-inline void MatMulAdd(int32_t m, int32_t n, int32_t p, const float* a, int64_t lda,
-                      const float* b, int64_t ldb, float* c, int64_t ldc) {
-  int32_t i = 0;
-  for (; i + kMatMulRows <= m; i += kMatMulRows) {
-    RowsMatMulAdd(n, p, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
-  }
-  for (; i < m; ++i) RowMatMulAdd(n, p, a + i * lda, b, ldb, c + i * ldc);
-}
-
-// c[m, n] += tril(a)[m, m] b[m, n]: row i of c reads rows 0..i of b (diagonal included).
-inline void LowerMatMulAdd(int32_t m, int32_t n, const float* a, int64_t lda,
-                           const float* b, int64_t ldb, float* c, int64_t ldc) {
-  for (int32_t i = 0; i < m; ++i) RowMatMulAdd(n, i + 1, a + i * lda, b, ldb, c + i * ldc);
 }
 
 }  // namespace lumen::cpu

@@ -1,0 +1,75 @@
+#pragma once
+// exp, log1p and softplus for fp32 in straight-line code (no branches, no calls) that GCC
+// vectorises inside `#pragma omp simd` loops at the SIMD level of each kernel build; libm's
+// calls run one value at a time. Accurate to a few units in the last place over the whole
+// fp32 range, overflow to infinity and denormal results included
+// (tests/kernels/vector_math_test.cc measures the bound against libm in float64).
+// Inputs must not be NaN: the kernels' inputs are checked finite before they get here.
+
+#include <cstdint>
+#include <cstring>
+
+namespace lumen::cpu {
+
+inline float BitsToFloat(int32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+// 2^n for an integer-valued n in [-126, 127].
+inline float PowerOfTwo(int32_t n) { return BitsToFloat((n + 127) << 23); }
+
+// e^x. Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for e^r, then
+// 2^n applied in two halves so that results down to the smallest denormal (n = -150) and up
+// to FLT_MAX (n = 128) need no special case. Below -104 the result rounds to 0, above 88.75
+// to infinity, as libm's do.
+inline float VectorExp(float x) {
+  x = x < -104.0f ? -104.0f : x;
+  x = x > 88.75f ? 88.75f : x;
+  // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick: |x / ln2| < 2^22.
+  constexpr float kRound = 12582912.0f;
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  // ln2 in two parts; n * kLn2High is exact for |n| <= 150.
+  constexpr float kLn2High = 0.693359375f;
+  constexpr float kLn2Low = -2.12194440e-4f;
+  const float r = (x - n * kLn2High) - n * kLn2Low;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float e_r = p * (r * r) + r + 1.0f;
+  const int32_t whole = static_cast<int32_t>(n);
+  const int32_t half = whole >> 1;  // floor: both halves in [-75, 64]
+  return e_r * PowerOfTwo(half) * PowerOfTwo(whole - half);
+}
+
+// log(1 + e) for e in [0, 1]. u = 1 + e in [1, 2] is written as 2^k m with m in
+// [sqrt(1/2), sqrt(2)]; log(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.172, whose odd
+// series to s^9 leaves a relative error below 3e-9. The rounding of 1 + e is undone to
+// first order with e / (u - 1) (Goldberg's log1p); when 1 + e rounds to 1, log1p(e) = e.
+inline float Log1pUnit(float e) {
+  const float u = 1.0f + e;
+  const bool upper = u > 1.41421356f;
+  const float m = upper ? 0.5f * u : u;
+  const float k = upper ? 1.0f : 0.0f;
+  const float f = m - 1.0f;  // exact
+  const float s = f / (2.0f + f);
+  const float z = s * s;
+  const float series = z * (0.333333333f + z * (0.2f + z * (0.142857143f + z * 0.111111111f)));
+  constexpr float kLn2High = 0.693145751953125f;  // 16 bits: k * kLn2High is exact
+  constexpr float kLn2Low = 1.42860682030941723212e-6f;
+  const float log_u = k * kLn2High + (2.0f * s + (2.0f * s * series + k * kLn2Low));
+  const float d = u - 1.0f;
+  return d == 0.0f ? e : log_u * (e / d);
+}
+
+// softplus(x) = log(1 + e^x) = max(x, 0) + log1p(e^-|x|).
+inline float VectorSoftplus(float x) {
+  const float magnitude = x < 0.0f ? -x : x;
+  return (x > 0.0f ? x : 0.0f) + Log1pUnit(VectorExp(-magnitude));
+}
+
+}  // namespace lumen::cpu
