@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backends/cpu/kernel_targets.h"
+#include "backends/cpu/small_matmul.h"
 #include "backends/cpu/vector_math.h"
 #include "src/dtype_convert.h"
 #include "src/input_domain.h"
@@ -41,6 +42,19 @@ const float* AsFloats(const void* src, int64_t count, int32_t dtype,
   if (dtype == LUMEN_DTYPE_FLOAT32) return static_cast<const float*>(src);
   LoadFloats(src, count, dtype, storage);
   return storage->data();
+}
+
+// Each row of `dim` floats times scale, and divided by its L2 norm (l2norm): the identity
+// feature map's q and k. Runs on the calling thread for every token and head of a call, so
+// it gets the kernels' SIMD levels.
+LUMEN_CPU_KERNEL
+void ScaleRows(float* rows, int64_t count, int64_t dim, float scale, bool l2norm) {
+  for (float* row = rows; row < rows + count; row += dim) {
+    float factor = scale;
+    if (l2norm) factor /= std::sqrt(Dot(row, row, static_cast<int32_t>(dim)) + 1e-6f);
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i) row[i] *= factor;
+  }
 }
 
 float FeatureMapValue(FeatureMap map, float x) {
@@ -90,21 +104,18 @@ absl::Status PrepareQueryOrKey(const LayerSpec& spec, const LayerRun& run, const
   if (!status.ok() || !transforms) return status;
   if (values != storage->data()) storage->assign(values, values + count);
   const int64_t dim = spec.key_dim;
+  if (spec.feature_map == FeatureMap::kIdentity) {
+    ScaleRows(storage->data(), count, dim, scale, spec.qk_l2norm);
+    *result = storage->data();
+    return absl::OkStatus();
+  }
   for (float* row = storage->data(); row < storage->data() + count; row += dim) {
-    float factor = scale;
-    if (spec.qk_l2norm) {
-      float sum = 0.0f;
-      for (int64_t i = 0; i < dim; ++i) sum += row[i] * row[i];
-      factor /= std::sqrt(sum + 1e-6f);
-    }
-    if (spec.feature_map == FeatureMap::kIdentity) {
-      for (int64_t i = 0; i < dim; ++i) row[i] *= factor;
-    } else {
-      // The feature map sees the normalised value; the scale multiplies its result.
-      const float norm = spec.qk_l2norm ? factor / scale : 1.0f;
-      for (int64_t i = 0; i < dim; ++i) {
-        row[i] = FeatureMapValue(spec.feature_map, row[i] * norm) * scale;
-      }
+    // The feature map sees the normalised value; the scale multiplies its result.
+    const float norm =
+        spec.qk_l2norm ? 1.0f / std::sqrt(Dot(row, row, static_cast<int32_t>(dim)) + 1e-6f)
+                       : 1.0f;
+    for (int64_t i = 0; i < dim; ++i) {
+      row[i] = FeatureMapValue(spec.feature_map, row[i] * norm) * scale;
     }
   }
   *result = storage->data();
@@ -206,7 +217,9 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
       if (out->beta != out->beta_storage.data()) {
         out->beta_storage.assign(out->beta, out->beta + count);
       }
-      for (float& b : out->beta_storage) b = 1.0f / (1.0f + std::exp(-b));
+      float* beta = out->beta_storage.data();
+#pragma omp simd
+      for (int64_t i = 0; i < count; ++i) beta[i] = 1.0f / (1.0f + VectorExp(-beta[i]));
       out->beta = out->beta_storage.data();
     }
   } else {
