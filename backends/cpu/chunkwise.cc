@@ -290,27 +290,6 @@ void UpdateState(const HeadRule& rule, const HeadSequence& seq, int32_t length,
                 value_dim, Landing::kScaleAdd, s.factor);
 }
 
-// Asks for the rows of the tokens [begin, end) that the next chunk reads, into L2, while this
-// chunk computes: a head's rows are one per token, a whole layer's row apart (16 KiB at
-// HV = 32, K = 128), which the hardware prefetcher does not follow across pages.
-void PrefetchRows(GateKind gate, const HeadSequence& seq, int32_t begin, int32_t end) {
-  constexpr int32_t kLineFloats = 16;
-  auto rows = [&](const float* base, int64_t stride, int32_t width) {
-    for (int32_t t = begin; t < end; ++t) {
-      const float* row = base + t * stride;
-      for (int32_t i = 0; i < width; i += kLineFloats) __builtin_prefetch(row + i, 0, 2);
-    }
-  };
-  for (int32_t t = begin; t < end; ++t) {  // the output rows, for writing
-    float* row = seq.o + t * seq.o_stride;
-    for (int32_t i = 0; i < seq.value_dim; i += kLineFloats) __builtin_prefetch(row + i, 1, 2);
-  }
-  rows(seq.q, seq.q_stride, seq.key_dim);
-  rows(seq.k, seq.k_stride, seq.key_dim);
-  rows(seq.v, seq.v_stride, seq.value_dim);
-  if (gate != GateKind::kNone) rows(seq.g, seq.g_stride, GateWidth(gate, seq.key_dim));
-}
-
 template <class Shape>
 void RunChunks(const HeadRule& rule, const HeadSequence& seq, float* state, float* normalizer,
                ChunkWorkspace* workspace) {
@@ -318,7 +297,6 @@ void RunChunks(const HeadRule& rule, const HeadSequence& seq, float* state, floa
   int32_t start = 0;
   while (start < seq.num_tokens) {
     const int32_t length = MeasureChunk(rule.gate, seq, start, scratch);
-    PrefetchRows(rule.gate, seq, start + length, std::min(seq.num_tokens, start + length + kChunkSize));
     ScaleInputs(rule, seq, start, length, scratch);
     ComputeScores<Shape>(seq.key_dim, length, scratch);
     ChunkValues u{seq.v + start * seq.v_stride, seq.v_stride};
