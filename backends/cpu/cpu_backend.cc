@@ -13,6 +13,14 @@
 #include "src/model.h"
 
 namespace lumen::cpu {
+namespace {
+
+// A prefill's work unit: this many neighbouring value heads (8 states of K = V = 128 are
+// 512 KiB, which L2 holds), walked this many tokens (two chunks) at a time.
+constexpr int64_t kPrefillHeadGroup = 8;
+constexpr int64_t kPrefillSliceTokens = 2 * kChunkSize;
+
+}  // namespace
 
 CpuBackend::CpuBackend(int32_t num_threads)
     : pool_(num_threads), scratch_(pool_.num_threads()) {}
@@ -52,9 +60,10 @@ absl::Status CpuBackend::StateFromHost(void* dst, const void* host_src, int64_t 
 
 void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
                          const PreparedInputs& in, float* o, int32_t session,
-                         int32_t value_head, SlotScratch& scratch) {
-  const int64_t t0 = run.cu_seqlens[session];
-  const int64_t t1 = run.cu_seqlens[session + 1];
+                         int32_t value_head, int64_t first, int64_t count,
+                         SlotScratch& scratch) {
+  const int64_t t0 = run.cu_seqlens[session] + first;
+  const int64_t t1 = t0 + count;
   if (t1 == t0) return;
   const int64_t H = spec.num_heads, HV = spec.num_value_heads;
   const int64_t K = spec.key_dim, V = spec.value_dim;
@@ -167,16 +176,37 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   }
   float* o = direct_output ? static_cast<float*>(run.output->o) : output_scratch_.data();
 
-  const std::function<void(int64_t, int32_t)> head = [&](int64_t task, int32_t slot) {
-    RunHead(spec, run, prepared_, o, static_cast<int32_t>(task / HV),
-            static_cast<int32_t>(task % HV), scratch_[slot]);
-  };
-  // A step's heads go to the same thread at every step, so each thread's share of the state
-  // stays in its core's cache; a prefill's heavier, uneven heads are shared out as they come.
   if (run.chunkwise) {
-    pool_.ParallelFor(run.num_sessions() * HV, head);
+    // A prefill's heavier, uneven work is shared out as it comes, in groups of neighbouring
+    // heads. A group walks its tokens a slice at a time, head by head: the rows it reads and
+    // writes (one per token and head, a layer's row apart) then come as runs of adjacent
+    // heads' rows, which the caches and prefetchers follow, and the group's states stay in
+    // L2 across slices. A bf16 state is rounded at the end of each call, so it takes its
+    // tokens in one call, as a step would take them one by one.
+    const int64_t group = std::min<int64_t>(HV, kPrefillHeadGroup);
+    const int64_t groups = (HV + group - 1) / group;
+    const bool sliced = spec.state_dtype == DType::kFloat32;
+    pool_.ParallelFor(run.num_sessions() * groups, [&](int64_t task, int32_t slot) {
+      const int32_t session = static_cast<int32_t>(task / groups);
+      const int64_t first_head = task % groups * group;
+      const int64_t last_head = std::min(HV, first_head + group);
+      const int64_t tokens = run.cu_seqlens[session + 1] - run.cu_seqlens[session];
+      const int64_t slice = sliced ? kPrefillSliceTokens : std::max<int64_t>(tokens, 1);
+      for (int64_t first = 0; first < tokens; first += slice) {
+        for (int64_t h = first_head; h < last_head; ++h) {
+          RunHead(spec, run, prepared_, o, session, static_cast<int32_t>(h), first,
+                  std::min(slice, tokens - first), scratch_[slot]);
+        }
+      }
+    });
   } else {
-    pool_.ParallelForBlocks(run.num_sessions() * HV, head);
+    // A step's heads go to the same thread at every step, so each thread's share of the
+    // state stays in its core's cache.
+    pool_.ParallelForBlocks(run.num_sessions() * HV, [&](int64_t task, int32_t slot) {
+      const int32_t session = static_cast<int32_t>(task / HV);
+      RunHead(spec, run, prepared_, o, session, static_cast<int32_t>(task % HV), 0,
+              run.cu_seqlens[session + 1] - run.cu_seqlens[session], scratch_[slot]);
+    });
   }
 
   CommitConvWindows(spec, run, prepared_);

@@ -38,9 +38,10 @@ class CpuBackend : public Backend {
     std::vector<float> gate;        // [T, K] one head's log-decays from raw per-channel gates
   };
 
-  // Runs one value head of one session over its tokens.
+  // Runs one value head of one session over `count` of its tokens from its token `first`.
   void RunHead(const LayerSpec& spec, const LayerRun& run, const PreparedInputs& in,
-               float* o, int32_t session, int32_t value_head, SlotScratch& scratch);
+               float* o, int32_t session, int32_t value_head, int64_t first, int64_t count,
+               SlotScratch& scratch);
 
   ThreadPool pool_;
   std::mutex run_mutex_;  // one layer call at a time owns the pool and the scratch
