@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "src/cli/bench_anchors.h"
+#include "src/cli/lumen_handles.h"
 
 namespace lumen::cli {
 namespace {
@@ -40,20 +41,8 @@ constexpr int64_t kMisalignBytes = 16;
 }
 
 void Check(lumen_status status, const char* call) {
-  if (status == LUMEN_OK) return;
-  const std::string message = lumen_last_error_message();
-  Fail(std::string(call) + " failed: " + lumen_status_string(status) + ": " + message);
+  if (status != LUMEN_OK) Fail(CallFailure(status, call));
 }
-
-struct Destroy {
-  void operator()(lumen_model_builder* p) const { lumen_model_builder_destroy(p); }
-  void operator()(lumen_model* p) const { lumen_model_destroy(p); }
-  void operator()(lumen_engine* p) const { lumen_engine_destroy(p); }
-  void operator()(lumen_session* p) const { lumen_session_destroy(p); }
-  void operator()(void* p) const { std::free(p); }
-};
-template <typename T>
-using Owned = std::unique_ptr<T, Destroy>;
 
 // ---------------------------------------------------------------------------------------
 // Options

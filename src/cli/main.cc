@@ -28,12 +28,16 @@
 #include <vector>
 
 #include "src/cli/cpu_bench.h"
+#include "src/cli/lumen_handles.h"
 
 #ifdef LUMEN_WITH_CUDA
 #include "backends/cuda/bench/gpu_bench.h"
 #endif
 
 namespace {
+
+using lumen::cli::CallFailure;
+using lumen::cli::Owned;
 
 // The stack: Qwen3-Next's linear-attention layers, as lumen_layer_options_init_qwen3_next_
 // gated_delta_net describes them (BuildModel checks that these match the preset).
@@ -68,19 +72,8 @@ using Clock = std::chrono::steady_clock;
 
 // Exits with lumen's own message if a lumen call failed.
 void Check(lumen_status status, const char* call) {
-  if (status == LUMEN_OK) return;
-  const std::string message = lumen_last_error_message();  // read before any other lumen call
-  Fail(std::string(call) + " failed: " + lumen_status_string(status) + ": " + message);
+  if (status != LUMEN_OK) Fail(CallFailure(status, call));
 }
-
-struct Destroy {
-  void operator()(lumen_model_builder* p) const { lumen_model_builder_destroy(p); }
-  void operator()(lumen_model* p) const { lumen_model_destroy(p); }
-  void operator()(lumen_engine* p) const { lumen_engine_destroy(p); }
-  void operator()(lumen_session* p) const { lumen_session_destroy(p); }
-};
-template <typename T>
-using Owned = std::unique_ptr<T, Destroy>;
 
 // ---------------------------------------------------------------------------------------
 // Command line
