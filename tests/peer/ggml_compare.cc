@@ -6,6 +6,9 @@
 //   kda              ggml_gated_delta_net, per-channel gate g [K, H, T, N]
 //   ssd (Mamba-2)    ggml_ssm_scan with a scalar A per head
 //   gla              ggml_gated_linear_attn
+//   kda              ggml_rwkv_wkv7, which computes kda exactly when fed r = scale q,
+//                    w = exp(g), k' = beta k, a = -exp(g) k, b = beta k (elementwise; that
+//                    preparation, separate ops in a model's graph, is not timed)
 //
 // ggml's ops take their inputs prepared (unit-norm q and k, beta in [0, 1], log-gates; GLA's
 // gate as exp(g); Mamba-2's raw dt with softplus inside the op), so lumen runs each layer
@@ -71,15 +74,15 @@ struct Timing {
 };
 
 struct TimingOptions {
-  int repeats = 5;
-  double min_seconds = 0.2;
+  int repeats = 10;
+  double min_seconds = 0.05;
 };
 
-// Best of `repeats` (each repeat calls until min_seconds have gone), after one warm-up call.
-Timing TimeCalls(const std::function<void()>& call, const TimingOptions& options) {
-  call();
-  std::vector<double> per_call;
-  for (int r = 0; r < options.repeats; ++r) {
+// One window of a measurement: returns seconds per call over at least min_seconds.
+using Window = std::function<double(double min_seconds)>;
+
+Window CallsOf(std::function<void()> call) {
+  return [call](double min_seconds) {
     int64_t calls = 0;
     const Clock::time_point start = Clock::now();
     double elapsed = 0;
@@ -87,19 +90,35 @@ Timing TimeCalls(const std::function<void()>& call, const TimingOptions& options
       call();
       ++calls;
       elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    } while (elapsed < options.min_seconds);
-    per_call.push_back(elapsed / static_cast<double>(calls));
+    } while (elapsed < min_seconds);
+    return elapsed / static_cast<double>(calls);
+  };
+}
+
+// Best of `repeats` windows of each measurement, taken in turn (A B C A B C ...), so that
+// the machine's changes of speed fall on all of them alike. One warm-up window each first.
+// Idle workers of one library (OpenMP's, lumen's pool) spin a while after a call, so each
+// window starts after a short sleep.
+std::vector<Timing> TimeInTurn(const std::vector<Window>& windows, const TimingOptions& options) {
+  std::vector<std::vector<double>> seconds(windows.size());
+  for (int r = -1; r < options.repeats; ++r) {
+    for (size_t i = 0; i < windows.size(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      const double s = windows[i](r < 0 ? 0.0 : options.min_seconds);
+      if (r >= 0) seconds[i].push_back(s);
+    }
   }
-  const auto [lo, hi] = std::minmax_element(per_call.begin(), per_call.end());
-  // Idle workers of one library (OpenMP's, lumen's pool) spin a while after a call; let them
-  // fall asleep before the other library's timing starts.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  return Timing{*lo, *hi / *lo - 1.0};
+  std::vector<Timing> timings;
+  for (const std::vector<double>& s : seconds) {
+    const auto [lo, hi] = std::minmax_element(s.begin(), s.end());
+    timings.push_back(Timing{*lo, *hi / *lo - 1.0});
+  }
+  return timings;
 }
 
 // ---------------------------------------------------------------------------------------
-// The anchor: an in-place read-modify-write pass and a memcpy over the same state bytes on
-// the same number of threads (a small copy of what `lumen bench --cpu` measures).
+// The anchor: an in-place read-modify-write pass over the same state bytes on the same
+// number of threads (a small copy of what `lumen bench --cpu` measures).
 
 class ThreadTeam {
  public:
@@ -148,41 +167,44 @@ void Slice(int64_t floats, int index, int count, int64_t* begin, int64_t* end) {
   *end = std::min(floats, lines * (index + 1) / count * 16);
 }
 
-struct Anchors {
-  Timing rmw;
-  Timing memcpy_pass;
-};
+// Windows of an in-place read-modify-write pass (s = a s + b), the least work that reads
+// and writes every element of a state once, over `sessions` states on `threads` threads.
+// Each window makes its own team, whose workers spin only while it lasts.
+class StateAnchor {
+ public:
+  StateAnchor(int64_t sessions, int threads)
+      : floats_(sessions * kStateFloats), threads_(threads), a_(floats_, 0.5f) {}
 
-Anchors MeasureAnchors(int64_t sessions, int threads, const TimingOptions& timing) {
-  const int64_t floats = sessions * kStateFloats;
-  std::vector<float> a(floats, 0.5f), b(floats, 0.25f);
-  ThreadTeam team(threads);
-  Anchors anchors;
-  // Each team runs alone: its workers spin between passes.
-  {
+  Window ReadModifyWrite() {
+    return [this](double min_seconds) {
+      return Run(min_seconds, [this](int64_t begin, int64_t end) {
+        float* s = a_.data();
+        for (int64_t i = begin; i < end; ++i) s[i] = 0.999f * s[i] + 1e-6f;
+      });
+    };
+  }
+
+ private:
+  double Run(double min_seconds, const std::function<void(int64_t, int64_t)>& part) {
+    ThreadTeam team(threads_);
     const std::function<void(int, int)> pass = [&](int index, int count) {
       int64_t begin, end;
-      Slice(floats, index, count, &begin, &end);
-      float* s = a.data();
-      for (int64_t i = begin; i < end; ++i) s[i] = 0.999f * s[i] + 1e-6f;
+      Slice(floats_, index, count, &begin, &end);
+      part(begin, end);
     };
-    anchors.rmw = TimeCalls([&] { team.Run(pass); }, timing);
+    team.Run(pass);  // the team's threads start and touch their slices
+    return CallsOf([&] { team.Run(pass); })(min_seconds);
   }
-  {
-    const std::function<void(int, int)> pass = [&](int index, int count) {
-      int64_t begin, end;
-      Slice(floats, index, count, &begin, &end);
-      std::memcpy(b.data() + begin, a.data() + begin, static_cast<size_t>(end - begin) * 4);
-    };
-    anchors.memcpy_pass = TimeCalls([&] { team.Run(pass); }, timing);
-  }
-  return anchors;
-}
+
+  int64_t floats_;
+  int threads_;
+  std::vector<float> a_;
+};
 
 // ---------------------------------------------------------------------------------------
 // Families and their inputs
 
-enum class Family { kGatedDeltaNet, kKda, kSsd, kGla };
+enum class Family { kGatedDeltaNet, kKda, kSsd, kGla, kKdaAsRwkv7 };
 
 struct FamilyInfo {
   Family family;
@@ -195,10 +217,15 @@ constexpr FamilyInfo kFamilies[] = {
     {Family::kKda, "kda", "GATED_DELTA_NET (vector g)"},
     {Family::kSsd, "ssd", "SSM_SCAN (Mamba-2)"},
     {Family::kGla, "gla", "GATED_LINEAR_ATTN"},
+    {Family::kKdaAsRwkv7, "kda", "RWKV_WKV7 (kda's inputs mapped onto it)"},
 };
 
-bool IsDelta(Family f) { return f == Family::kGatedDeltaNet || f == Family::kKda; }
-bool VectorGate(Family f) { return f == Family::kKda || f == Family::kGla; }
+bool IsDelta(Family f) {
+  return f == Family::kGatedDeltaNet || f == Family::kKda || f == Family::kKdaAsRwkv7;
+}
+bool VectorGate(Family f) {
+  return f == Family::kKda || f == Family::kGla || f == Family::kKdaAsRwkv7;
+}
 
 // Prepared inputs for `tokens` rows ([tokens, H, K] and so on), the same buffers for both
 // libraries; a decode of N sessions reads the first N rows as [N, H, K].
@@ -209,6 +236,9 @@ struct Inputs {
   std::vector<float> beta;     // [T, HV]
   std::vector<float> a_log;    // [HV], ssd: A = -exp(A_log)
   std::vector<float> ssm_a;    // [HV], ssd: A for ggml
+  // RWKV-7's inputs for kda, [T, HV, K] each: r = scale q, w = exp(g), k' = beta k,
+  // a = -exp(g) k, b = beta k.
+  std::vector<float> rwkv_r, rwkv_w, rwkv_k, rwkv_a, rwkv_b;
 
   Inputs(Family family, int64_t tokens, uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -249,6 +279,23 @@ struct Inputs {
     if (family == Family::kGla) {
       for (float& e : ggml_g) e = std::exp(e);
     }
+    if (family == Family::kKdaAsRwkv7) {
+      const float scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+      const int64_t n = rows * kDim;
+      rwkv_r.resize(n);
+      rwkv_w.resize(n);
+      rwkv_k.resize(n);
+      rwkv_a.resize(n);
+      rwkv_b.resize(n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float b = beta[i / kDim] * k[i];
+        rwkv_r[i] = scale * q[i];
+        rwkv_w[i] = std::exp(g[i]);
+        rwkv_k[i] = b;
+        rwkv_a[i] = -rwkv_w[i] * k[i];
+        rwkv_b[i] = b;
+      }
+    }
   }
 };
 
@@ -271,7 +318,8 @@ struct LumenLayer {
     options.value_dim = kDim;
     switch (info.family) {
       case Family::kGatedDeltaNet: options.family = LUMEN_FAMILY_GATED_DELTA_NET; break;
-      case Family::kKda: options.family = LUMEN_FAMILY_KDA; break;
+      case Family::kKda:
+      case Family::kKdaAsRwkv7: options.family = LUMEN_FAMILY_KDA; break;
       case Family::kGla: options.family = LUMEN_FAMILY_GLA; break;
       case Family::kSsd:
         options.family = LUMEN_FAMILY_SSD;
@@ -364,6 +412,7 @@ struct GgmlGraph {
   ggml_cgraph* graph = nullptr;
   ggml_tensor *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;
   ggml_tensor *a = nullptr, *ids = nullptr;
+  ggml_tensor *rwkv_a = nullptr, *rwkv_b = nullptr;  // RWKV-7's a and b (q is r, g is w)
   ggml_tensor* state = nullptr;  // the state the op reads (and the copy back writes)
   ggml_tensor* result = nullptr;  // output rows, then the new state
 
@@ -404,6 +453,16 @@ struct GgmlGraph {
         state = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D * D * H, N);
         result = ggml_gated_linear_attn(ctx, k, v, q, g, state, 1.0f / std::sqrt(float(D)));
         break;
+      case Family::kKdaAsRwkv7:
+        q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, H, T * N);
+        g = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, H, T * N);
+        k = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, H, T * N);
+        v = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, H, T * N);
+        rwkv_a = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, H, T * N);
+        rwkv_b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, H, T * N);
+        state = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D * D * H, N);
+        result = ggml_rwkv_wkv7(ctx, q, g, k, v, rwkv_a, rwkv_b, state);
+        break;
     }
     graph = ggml_new_graph(ctx);
     ggml_build_forward_expand(graph, result);
@@ -430,20 +489,28 @@ struct GgmlGraph {
 
   // Rows 0..N*T-1 of the inputs: sequence s, token t is row s * T + t.
   void SetInputs(const Inputs& in) {
-    const int64_t rows = seqs * tokens * kHeads;
-    auto put = [](ggml_tensor* t, const float* src) {
-      std::memcpy(t->data, src, ggml_nbytes(t));
+    auto put = [](ggml_tensor* t, const std::vector<float>& src) {
+      if (src.size() * sizeof(float) < ggml_nbytes(t)) Fail("inputs too short");
+      std::memcpy(t->data, src.data(), ggml_nbytes(t));
     };
-    put(q, in.q.data());
-    put(k, in.k.data());
-    put(v, in.v.data());
-    put(g, in.ggml_g.data());
-    if (beta != nullptr) put(beta, in.beta.data());
-    if (a != nullptr) put(a, in.ssm_a.data());
-    (void)rows;
+    put(v, in.v);
+    if (family == Family::kKdaAsRwkv7) {
+      put(q, in.rwkv_r);
+      put(g, in.rwkv_w);
+      put(k, in.rwkv_k);
+      put(rwkv_a, in.rwkv_a);
+      put(rwkv_b, in.rwkv_b);
+      return;
+    }
+    put(q, in.q);
+    put(k, in.k);
+    put(g, in.ggml_g);
+    if (beta != nullptr) put(beta, in.beta);
+    if (a != nullptr) put(a, in.ssm_a);
   }
 
-  // State of sequence s from/to lumen's canonical [HV, K, V].
+  // State of sequence s from/to lumen's canonical [HV, K, V]; ggml keeps [HV, V, K] but for
+  // GLA.
   bool Transposed() const { return family != Family::kGla; }
   void SetState(int64_t s, const float* canonical) {
     float* dst = static_cast<float*>(state->data) + s * kStateFloats;
@@ -578,14 +645,14 @@ Options ParseOptions(int argc, char** argv) {
     const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
     if (arg == "--help") {
       std::printf(
-          "ggml_compare [--threads 1,2] [--sessions 1,8] [--tokens 1024,4096] [--repeats 5]\n"
-          "             [--min-seconds 0.2] [--family NAME]... [--quick]\n"
+          "ggml_compare [--threads 1,2] [--sessions 1,8] [--tokens 1024,4096] [--repeats 10]\n"
+          "             [--min-seconds 0.05] [--family NAME]... [--quick]\n"
           "Times lumen against ggml's CPU ops on the same inputs (HV = 32, K = V = 128).\n");
       std::exit(0);
     }
     if (arg == "--quick") {  // a smoke run: small prefills, one repeat
       options.prefill_tokens = {64};
-      options.timing = {1, 0.01};
+      options.timing = {1, 0.001};
       continue;
     }
     if (value == nullptr) Fail("option needs a value (see --help)");
@@ -610,8 +677,7 @@ Options ParseOptions(int argc, char** argv) {
   return options;
 }
 
-void RunFamily(const FamilyInfo& info, const Options& options, ggml_backend_t backend,
-               const std::vector<std::vector<Anchors>>& anchors) {
+void RunFamily(const FamilyInfo& info, const Options& options, ggml_backend_t backend) {
   const int64_t max_tokens =
       std::max(*std::max_element(options.decode_sessions.begin(), options.decode_sessions.end()),
                *std::max_element(options.prefill_tokens.begin(), options.prefill_tokens.end()));
@@ -630,53 +696,54 @@ void RunFamily(const FamilyInfo& info, const Options& options, ggml_backend_t ba
                 static_cast<long long>(t), a.output, a.state);
   }
 
-  std::printf("decode, one token for each of N sequences; best (spread):\n");
-  std::printf("%3s %3s | %16s %16s %16s | %10s %9s %9s\n", "N", "thr", "ggml", "ggml op",
-              "lumen", "ggml/lumen", "lumen/RMW", "ggml/RMW");
-  for (size_t ni = 0; ni < options.decode_sessions.size(); ++ni) {
-    const int64_t n = options.decode_sessions[ni];
-    for (size_t ti = 0; ti < options.threads.size(); ++ti) {
-      const int threads = options.threads[ti];
+  std::printf(
+      "decode, one token for each of N sequences, best (spread); ggml: op + copy of the new\n"
+      "state back (as llama.cpp's graphs), ggml op: the op alone; RMW over the same states:\n");
+  std::printf("%3s %3s | %15s %15s %15s %15s | %9s %9s %9s %9s\n", "N", "thr", "ggml",
+              "ggml op", "lumen", "RMW", "ggml/lum", "op/lum", "lum/RMW", "op/RMW");
+  for (int64_t n : options.decode_sessions) {
+    for (int threads : options.threads) {
       ggml_backend_cpu_set_n_threads(backend, threads);
       GgmlGraph with_copy(info.family, n, 1, /*copy_back=*/true, backend);
       GgmlGraph op_only(info.family, n, 1, /*copy_back=*/false, backend);
-      std::vector<float> zero(kStateFloats, 0.0f);
+      const std::vector<float> zero(kStateFloats, 0.0f);
       for (GgmlGraph* g : {&with_copy, &op_only}) {
         g->SetInputs(in);
         for (int64_t s = 0; s < n; ++s) g->SetState(s, zero.data());
       }
-      const Timing ggml_time = TimeCalls([&] { with_copy.Compute(backend); }, options.timing);
-      const Timing ggml_op = TimeCalls([&] { op_only.Compute(backend); }, options.timing);
       LumenLayer layer(info, in, threads, n);
       std::vector<float> o(n * kHeads * kDim);
-      const Timing lumen_time =
-          TimeCalls([&] { layer.Step(info.family, in, o.data()); }, options.timing);
-      const Anchors& anchor = anchors[ni][ti];
-      std::printf("%3lld %3d | %16s %16s %16s | %9.2fx %8.2fx %8.2fx\n",
-                  static_cast<long long>(n), threads, WithSpread(ggml_time).c_str(),
-                  WithSpread(ggml_op).c_str(), WithSpread(lumen_time).c_str(),
-                  ggml_time.best / lumen_time.best, lumen_time.best / anchor.rmw.best,
-                  ggml_time.best / anchor.rmw.best);
+      StateAnchor anchor(n, threads);
+      const std::vector<Timing> t = TimeInTurn(
+          {CallsOf([&] { with_copy.Compute(backend); }),
+           CallsOf([&] { op_only.Compute(backend); }),
+           CallsOf([&] { layer.Step(info.family, in, o.data()); }), anchor.ReadModifyWrite()},
+          options.timing);
+      std::printf("%3lld %3d | %15s %15s %15s %15s | %8.2fx %8.2fx %8.2fx %8.2fx\n",
+                  static_cast<long long>(n), threads, WithSpread(t[0]).c_str(),
+                  WithSpread(t[1]).c_str(), WithSpread(t[2]).c_str(), WithSpread(t[3]).c_str(),
+                  t[0].best / t[2].best, t[1].best / t[2].best, t[2].best / t[3].best,
+                  t[1].best / t[3].best);
     }
   }
 
-  std::printf("prefill, T tokens of one sequence in one call; best (spread):\n");
-  std::printf("%6s %3s | %16s %16s | %10s\n", "T", "thr", "ggml", "lumen", "ggml/lumen");
-  for (int64_t t : options.prefill_tokens) {
+  std::printf("prefill, T tokens of one sequence in one call, best (spread):\n");
+  std::printf("%6s %3s | %15s %15s | %9s\n", "T", "thr", "ggml", "lumen", "ggml/lum");
+  for (int64_t tokens : options.prefill_tokens) {
     for (int threads : options.threads) {
       ggml_backend_cpu_set_n_threads(backend, threads);
-      GgmlGraph graph(info.family, 1, t, /*copy_back=*/true, backend);
-      std::vector<float> zero(kStateFloats, 0.0f);
+      GgmlGraph graph(info.family, 1, tokens, /*copy_back=*/true, backend);
+      const std::vector<float> zero(kStateFloats, 0.0f);
       graph.SetInputs(in);
       graph.SetState(0, zero.data());
-      const Timing ggml_time = TimeCalls([&] { graph.Compute(backend); }, options.timing);
       LumenLayer layer(info, in, threads, 1);
-      std::vector<float> o(t * kHeads * kDim);
-      const Timing lumen_time =
-          TimeCalls([&] { layer.Prefill(info.family, in, t, o.data()); }, options.timing);
-      std::printf("%6lld %3d | %16s %16s | %9.2fx\n", static_cast<long long>(t), threads,
-                  WithSpread(ggml_time).c_str(), WithSpread(lumen_time).c_str(),
-                  ggml_time.best / lumen_time.best);
+      std::vector<float> o(tokens * kHeads * kDim);
+      const std::vector<Timing> t =
+          TimeInTurn({CallsOf([&] { graph.Compute(backend); }),
+                      CallsOf([&] { layer.Prefill(info.family, in, tokens, o.data()); })},
+                     options.timing);
+      std::printf("%6lld %3d | %15s %15s | %8.2fx\n", static_cast<long long>(tokens), threads,
+                  WithSpread(t[0]).c_str(), WithSpread(t[1]).c_str(), t[0].best / t[1].best);
     }
   }
 }
@@ -684,6 +751,7 @@ void RunFamily(const FamilyInfo& info, const Options& options, ggml_backend_t ba
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows when piped to a file
   const Options options = ParseOptions(argc, argv);
   ggml_backend_t backend = ggml_backend_cpu_init();
   if (backend == nullptr) Fail("ggml_backend_cpu_init");
@@ -691,21 +759,10 @@ int main(int argc, char** argv) {
   std::printf("lumen %s against ggml %s (commit %s); HV = H = %lld, K = V = %lld, fp32 state\n",
               lumen_version_string(), ggml_version(), ggml_commit(),
               static_cast<long long>(kHeads), static_cast<long long>(kDim));
-  std::printf("timings: best of %d repeats of at least %.2f s each; spread = worst / best - 1\n",
+  std::printf(
+      "timings: best of %d windows of at least %.3f s each, the measurements of a row taken in\n"
+      "turn; spread = worst / best - 1\n",
               options.timing.repeats, options.timing.min_seconds);
-
-  // Anchors per (N, threads): the same state bytes as a decode of N sessions.
-  std::vector<std::vector<Anchors>> anchors;
-  std::printf("\n== Anchors over N sessions' state (2 MiB each), same threads\n");
-  for (int64_t n : options.decode_sessions) {
-    anchors.emplace_back();
-    for (int threads : options.threads) {
-      anchors.back().push_back(MeasureAnchors(n, threads, options.timing));
-      const Anchors& a = anchors.back().back();
-      std::printf("N = %lld, %d thread(s): RMW %s, memcpy %s\n", static_cast<long long>(n),
-                  threads, WithSpread(a.rmw).c_str(), WithSpread(a.memcpy_pass).c_str());
-    }
-  }
 
   for (const FamilyInfo& info : kFamilies) {
     if (!options.families.empty() &&
@@ -713,7 +770,7 @@ int main(int argc, char** argv) {
             options.families.end()) {
       continue;
     }
-    RunFamily(info, options, backend, anchors);
+    RunFamily(info, options, backend);
   }
   ggml_backend_free(backend);
   return 0;

@@ -43,7 +43,7 @@ nice -n 19 cmake --build "$build/lumen" -j "$jobs" --target lumen
 
 lumen_lib="$(dirname "$(find "$build/lumen" -name 'liblumen.so' -print -quit)")"
 ggml_libs="$(dirname "$(find "$build/ggml" -name 'libggml-cpu.a' -print -quit)")"
-nice -n 19 g++ -std=c++17 -O2 -march=native -Wall -Wextra \
+nice -n 19 g++ -std=c++17 -O3 -march=native -Wall -Wextra \
   -I "$root/capi/include" -I "$src/include" \
   "$root/tests/peer/ggml_compare.cc" -o "$build/ggml_compare" \
   -L "$ggml_libs" -lggml -lggml-cpu -lggml-base -fopenmp -lpthread -ldl -lm \
