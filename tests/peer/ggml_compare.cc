@@ -103,7 +103,7 @@ std::vector<Timing> TimeInTurn(const std::vector<Window>& windows, const TimingO
   std::vector<std::vector<double>> seconds(windows.size());
   for (int r = -1; r < options.repeats; ++r) {
     for (size_t i = 0; i < windows.size(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
       const double s = windows[i](r < 0 ? 0.0 : options.min_seconds);
       if (r >= 0) seconds[i].push_back(s);
     }
