@@ -74,8 +74,8 @@ struct Timing {
 };
 
 struct TimingOptions {
-  int repeats = 10;
-  double min_seconds = 0.05;
+  int repeats = 20;
+  double min_seconds = 0.02;
 };
 
 // One window of a measurement: returns seconds per call over at least min_seconds.
@@ -103,7 +103,7 @@ std::vector<Timing> TimeInTurn(const std::vector<Window>& windows, const TimingO
   std::vector<std::vector<double>> seconds(windows.size());
   for (int r = -1; r < options.repeats; ++r) {
     for (size_t i = 0; i < windows.size(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
       const double s = windows[i](r < 0 ? 0.0 : options.min_seconds);
       if (r >= 0) seconds[i].push_back(s);
     }
@@ -645,8 +645,8 @@ Options ParseOptions(int argc, char** argv) {
     const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
     if (arg == "--help") {
       std::printf(
-          "ggml_compare [--threads 1,2] [--sessions 1,8] [--tokens 1024,4096] [--repeats 10]\n"
-          "             [--min-seconds 0.05] [--family NAME]... [--quick]\n"
+          "ggml_compare [--threads 1,2] [--sessions 1,8] [--tokens 1024,4096] [--repeats 20]\n"
+          "             [--min-seconds 0.02] [--family NAME]... [--quick]\n"
           "Times lumen against ggml's CPU ops on the same inputs (HV = 32, K = V = 128).\n");
       std::exit(0);
     }
