@@ -74,7 +74,8 @@ struct SlotLayout {
   int64_t slot_floats = 0;       // floats per slot, a multiple of 4
   int64_t scores = 0;            // [C, C] P, zero above the diagonal and past the chunk
   int64_t keys = 0;              // [C, K] W (delta rule)
-  int64_t values = 0;            // [C, V] U (delta rule)
+  int64_t values = 0;            // [C, V] U, then U' (delta rule)
+  int64_t start_state = 0;       // [K, V] the state before the chunk (split walk)
   int64_t normalizer = 0;        // [K] the chunk's key sum, then the normalizer it starts from
   int32_t chunks_per_round = 0;  // slots reserved per sequence
 };
@@ -753,34 +754,79 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
 
 // ---------------------------------------------------------------------------------------
 // Launch 3 on the tensor cores (NVIDIA only; the normalizer and portable builds keep the
-// kernel above): the same walk and the same tiles, each product a warp-level 3xTF32 mma
-// (tf32x3_mma.cuh), so fp32 accuracy at tensor-core rates. Warp w owns rows 16 w .. 16 w + 15
-// of every 64-row product (tokens of the chunk, or key channels of a slab) and all kValueTile
-// columns; the accumulators stay in the mma fragment layout throughout.
+// kernel above), split as flash-linear-attention splits it, so that the serial chain carries
+// only the state:
+//   3a. StateWalkTensorKernel, one block per (sequence, value head, tile of value columns),
+//       walking the chunks in order: U' = U - W S0 (V for additive writes) and
+//       S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U'. It saves each chunk's starting state
+//       S0 and, for the delta rule, U' (in place of U) to the chunk's slot.
+//   3b. ChunkOutputTensorKernel, one block per (sequence, chunk, value head, tile), all at
+//       once: O = (Q ⊙ exp(b)) S0 + P U' from the slot; its latency hides behind thousands
+//       of blocks.
+// Each product is a warp-level 3xTF32 mma (tf32x3_mma.cuh), so fp32 accuracy at tensor-core
+// rates. Warp w owns rows 16 w .. 16 w + 15 of every 64-row product (tokens of the chunk, or
+// key channels of a slab) and all kValueTile columns; the accumulators stay in the mma
+// fragment layout.
 
 #if LUMEN_GPU_NVIDIA_PATHS
 constexpr int kTensorWarps = kInterThreads / kWarpSize;
 constexpr int kTensorBlocksPerSm = 4;  // 4 x 128 threads: 128 registers each, one wave of
                                        // B = 4, HV = 32, four value tiles on 132 SMs
 constexpr int kTensorValueTiles = kValueTile / 8;  // 8-column mma tiles per value tile
+constexpr int kTileFloatsPerThread = kChunk * kValueTile / kInterThreads;
 // Row strides of the shared tiles, chosen so that fragment loads hit 32 distinct banks:
 // A operands read along rows need stride = 4 (mod 32), B operands and A operands read down
 // columns need stride = 8 (mod 32).
 constexpr int kRowStrideA = kInterSlab + 4;         // [64, slab] q_hat, w; [C, C] p
 constexpr int kRowStrideB = kValueTile + 8;         // [slab, tile] S0; [C, tile] U'
 constexpr int kRowStrideColumnA = kInterSlab + 8;   // [C, slab] k_end, read transposed
-constexpr int kTensorRegionFloats =
-    std::max(2 * kChunk * kRowStrideA + kInterSlab * kRowStrideB,
-             kChunk * kRowStrideB + std::max(kChunk * kRowStrideA, kChunk * kRowStrideColumnA));
+// Shared memory of 3a (W with S0, then U' with k_end) and 3b (q_hat with S0, then P with U').
+constexpr int kWalkRegionFloats =
+    std::max(kChunk * kRowStrideA + kInterSlab * kRowStrideB,
+             kChunk * kRowStrideB + kChunk * kRowStrideColumnA);
+constexpr int kOutputRegionFloats =
+    std::max(kChunk * kRowStrideA + kInterSlab * kRowStrideB,
+             kChunk * kRowStrideB + kChunk * kRowStrideA);
 static_assert(kTensorWarps * 16 == kChunk && kInterSlab == kChunk, "one 16-row strip per warp");
-static_assert(kTensorRegionFloats * 4 <= 227 * 1024 / kTensorBlocksPerSm - 2048,
+static_assert(std::max(kWalkRegionFloats, kOutputRegionFloats) * 4 <=
+                  227 * 1024 / kTensorBlocksPerSm - 2048,
               "shared memory for kTensorBlocksPerSm blocks");
+
+// Per-token scalar decay factors of a chunk: exp(b_t) and exp(b_C - b_t) (zero past the end).
+__device__ __forceinline__ void ScalarDecayFactors(const float* decay, int32_t length,
+                                                   float* decay_up, float* decay_down) {
+  if (threadIdx.x < kChunk) {
+    const int t = threadIdx.x;
+    decay_up[t] = __expf(decay[t]);
+    decay_down[t] = t < length ? __expf(decay[length - 1] - decay[t]) : 0.0f;
+  }
+  __syncthreads();
+}
+
+// Starts copying rows [k0, k0 + kInterSlab) and columns [v0, v0 + kValueTile) of a [K, V]
+// state into `s_slab` (zero outside the state); the caller waits (CopyAsyncWaitAll).
+__device__ __forceinline__ void StageStateSlab(const float* state, int32_t key_dim,
+                                               int32_t value_dim, int32_t k0, int32_t v0,
+                                               float* s_slab) {
+#pragma unroll 4
+  for (int i = 0; i < kStatePerThread; ++i) {
+    const int e = threadIdx.x + i * kInterThreads;
+    const int r = e / kValueTile;
+    const int c = e % kValueTile;
+    float* target = &s_slab[r * kRowStrideB + c];
+    if (k0 + r < key_dim && v0 + c < value_dim) {
+      CopyAsync<4>(target, state + static_cast<int64_t>(k0 + r) * value_dim + v0 + c);
+    } else {
+      *target = 0.0f;
+    }
+  }
+}
 
 template <Decay kDecay, bool kDelta>
 __global__ void __launch_bounds__(kInterThreads, kTensorBlocksPerSm)
-InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
-                       float* scratch) {
-  __shared__ __align__(16) float region[kTensorRegionFloats];
+StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
+                      float* scratch) {
+  __shared__ __align__(16) float region[kWalkRegionFloats];
   __shared__ float decay[kChunk];          // b_t, scalar decay
   __shared__ float decay_up[kChunk];       // exp(b_t), scalar decay
   __shared__ float decay_down[kChunk];     // exp(b_C - b_t), scalar decay
@@ -804,100 +850,49 @@ InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
   const int g = threadIdx.x % kWarpSize / 4;
   const int j = threadIdx.x % 4;
 
-  float* q_hat = region;                                 // [C, slab] q ⊙ exp(b)
-  float* w = region + kChunk * kRowStrideA;              // [C, slab] W
-  float* s_slab = region + 2 * kChunk * kRowStrideA;     // [slab, tile] S0
-  float* u = region;                                     // [C, tile] U'
-  float* p = region + kChunk * kRowStrideB;              // [C, C] P
-  float* k_end = region + kChunk * kRowStrideB;          // [C, slab] k ⊙ exp(b_C - b)
+  float* w = region;                                // [C, slab] W
+  float* s_slab = region + kChunk * kRowStrideA;    // [slab, tile] S0
+  float* u = region;                                // [C, tile] U'
+  float* k_end = region + kChunk * kRowStrideB;     // [C, slab] k ⊙ exp(b_C - b)
 
   for (int32_t local_chunk = 0; local_chunk < layout.chunks_per_round; ++local_chunk) {
     ChunkSpan span;
     if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) break;
     const int32_t length = span.length;
     const int depth = (length + 7) / 8 * 8;  // token steps of the products over t
-    const float* slot =
-        SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
+    float* slot = SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
     float* state =
         args.states[span.sequence] + static_cast<int64_t>(value_head) * key_dim * value_dim;
-    const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
     const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
     LoadTokenScalars<kDecay, false>(args, span, value_head, decay, nullptr, totals);
-    if (kDecay == Decay::kScalar) {
-      if (threadIdx.x < kChunk) {
-        const int t = threadIdx.x;
-        decay_up[t] = __expf(decay[t]);
-        decay_down[t] = t < length ? __expf(decay[length - 1] - decay[t]) : 0.0f;
-      }
-      __syncthreads();
-    }
+    if (kDecay == Decay::kScalar) ScalarDecayFactors(decay, length, decay_up, decay_down);
 
-    // O = (Q ⊙ exp(b)) S0 and, for the delta rule, X = W S0.
-    float out[kTensorValueTiles][4] = {};
+    // X = W S0 (delta rule).
     float x[kTensorValueTiles][4] = {};
-    for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
-      if (kDecay == Decay::kPerChannel) {
-        LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, q_hat,
-                                                       kRowStrideA, totals);
-      }
-#pragma unroll 1
-      for (int half = 0; half < 2; ++half) {
-        constexpr int kCount = kSlabPerThread / 2;
-        float q_values[kCount], s_values[kStatePerThread / 2];
-#pragma unroll
-        for (int i = 0; i < kCount; ++i) {
-          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
+    if (kDelta) {
+      for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
+#pragma unroll 4
+        for (int i = 0; i < kSlabPerThread; ++i) {
+          const int e = threadIdx.x + i * kInterThreads;
           const int t = e / kInterSlab;
           const int c = e % kInterSlab;
-          const bool column = k0 + c < key_dim;
-          q_values[i] = t < length && column ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
-          if (kDelta) {  // W straight to shared memory
-            if (column) {
-              CopyAsync<4>(&w[t * kRowStrideA + c], slot + layout.keys + t * key_dim + k0 + c);
-            } else {
-              w[t * kRowStrideA + c] = 0.0f;
-            }
+          if (k0 + c < key_dim) {
+            CopyAsync<4>(&w[t * kRowStrideA + c], slot + layout.keys + t * key_dim + k0 + c);
+          } else {
+            w[t * kRowStrideA + c] = 0.0f;
           }
         }
-#pragma unroll
-        for (int i = 0; i < kStatePerThread / 2; ++i) {
-          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
-          const int r = e / kValueTile;
-          const int c = e % kValueTile;
-          const bool inside = k0 + r < key_dim && v0 + c < value_dim;
-          s_values[i] = inside ? state[static_cast<int64_t>(k0 + r) * value_dim + v0 + c] : 0.0f;
-        }
-#pragma unroll
-        for (int i = 0; i < kCount; ++i) {
-          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
-          const int t = e / kInterSlab;
-          const int c = e % kInterSlab;
-          float value = q_values[i];
-          if (kDecay == Decay::kScalar) value *= decay_up[t];
-          if (kDecay == Decay::kPerChannel) value *= __expf(q_hat[t * kRowStrideA + c]);
-          q_hat[t * kRowStrideA + c] = value;
-        }
-#pragma unroll
-        for (int i = 0; i < kStatePerThread / 2; ++i) {
-          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
-          s_slab[(e / kValueTile) * kRowStrideB + e % kValueTile] = s_values[i];
-        }
+        StageStateSlab(state, key_dim, value_dim, k0, v0, s_slab);
+        CopyAsyncWaitAll();
+        __syncthreads();
+        WarpProductTf32x3<kTensorValueTiles, false>(x, x, w + row0 * kRowStrideA, nullptr,
+                                                    kRowStrideA, 1, s_slab, kRowStrideB,
+                                                    kInterSlab);
+        __syncthreads();
       }
-      CopyAsyncWaitAll();
-      __syncthreads();
-      WarpProductTf32x3<kTensorValueTiles, kDelta>(out, x, q_hat + row0 * kRowStrideA,
-                                                   w + row0 * kRowStrideA, kRowStrideA, 1,
-                                                   s_slab, kRowStrideB, kInterSlab);
-      __syncthreads();
     }
 
-    // U' (V for additive writes, U - W S0 for the delta rule) in place of the slabs, P
-    // beside it, then O += P U'.
-#pragma unroll
-    for (int i = 0; i < kScoresPerThread / 4; ++i) {
-      const int e = 4 * (threadIdx.x + i * kInterThreads);
-      CopyAsync<16>(&p[(e / kChunk) * kRowStrideA + e % kChunk], slot + layout.scores + e);
-    }
+    // U' (V for additive writes, U - W S0 for the delta rule, saved in place of U).
     const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
 #pragma unroll
     for (int n = 0; n < kTensorValueTiles; ++n) {
@@ -908,30 +903,34 @@ InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
         const int32_t col = v0 + column;
         float value = 0.0f;
         if (t < length && col < value_dim) {
-          value = kDelta ? slot[layout.values + t * value_dim + col] - x[n][e]
-                         : v[t * v_row + col];
+          if (kDelta) {
+            float& saved = slot[layout.values + t * value_dim + col];
+            value = saved - x[n][e];
+            saved = value;
+          } else {
+            value = __ldg(v + t * v_row + col);
+          }
         }
         u[t * kRowStrideB + column] = value;
       }
     }
-    CopyAsyncWaitAll();
-    __syncthreads();
-    WarpProductTf32x3<kTensorValueTiles, false>(out, out, p + row0 * kRowStrideA, nullptr,
-                                                kRowStrideA, 1, u, kRowStrideB, depth);
-    float* o = args.o + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
-#pragma unroll
-    for (int n = 0; n < kTensorValueTiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int t = row0 + g + 8 * (e / 2);
-        const int32_t col = v0 + 8 * n + 2 * j + e % 2;
-        if (t < length && col < value_dim) o[t * v_row + col] = out[n][e];
-      }
-    }
     __syncthreads();
 
-    // S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U', a slab of key rows at a time.
+    // S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U', a slab of key rows at a time; S0 goes to
+    // the slot for launch 3b.
     for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
+      // The old entries first: their loads overlap the staging and the product.
+      float s_old[kTensorValueTiles][4];
+#pragma unroll
+      for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int32_t key = k0 + row0 + g + 8 * (e / 2);
+          const int32_t col = v0 + 8 * n + 2 * j + e % 2;
+          s_old[n][e] = key < key_dim && col < value_dim
+                            ? state[static_cast<int64_t>(key) * value_dim + col] : 0.0f;
+        }
+      }
       if (kDecay == Decay::kPerChannel) {
         LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, k_end,
                                                        kRowStrideColumnA, totals);
@@ -940,30 +939,17 @@ InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
         }
         __syncthreads();
       }
-#pragma unroll 1
-      for (int half = 0; half < 2; ++half) {
-        constexpr int kCount = kSlabPerThread / 2;
-        float k_values[kCount];
-#pragma unroll
-        for (int i = 0; i < kCount; ++i) {
-          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
-          const int t = e / kInterSlab;
-          const int c = e % kInterSlab;
-          k_values[i] = t < length && k0 + c < key_dim ? __ldg(k + t * qk_row + k0 + c) : 0.0f;
-        }
-#pragma unroll
-        for (int i = 0; i < kCount; ++i) {
-        const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
-        const int t = e / kInterSlab;
-        const int c = e % kInterSlab;
-        float value = k_values[i];
-        if (kDecay == Decay::kScalar) value *= decay_down[t];
-        if (kDecay == Decay::kPerChannel) {
-          value *= __expf(decay_end[c] - k_end[t * kRowStrideColumnA + c]);
-        }
-        k_end[t * kRowStrideColumnA + c] = value;
-        }
-      }
+      ForEachInTile<kInterSlab, kInterThreads>(
+          [&](int t, int c) {
+            return t < length && k0 + c < key_dim ? __ldg(k + t * qk_row + k0 + c) : 0.0f;
+          },
+          [&](int t, int c, float value) {
+            if (kDecay == Decay::kScalar) value *= decay_down[t];
+            if (kDecay == Decay::kPerChannel) {
+              value *= __expf(decay_end[c] - k_end[t * kRowStrideColumnA + c]);
+            }
+            k_end[t * kRowStrideColumnA + c] = value;
+          });
       __syncthreads();
       float acc[kTensorValueTiles][4] = {};
       WarpProductTf32x3<kTensorValueTiles, false>(acc, acc, k_end + row0, nullptr, 1,
@@ -979,11 +965,117 @@ InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
           float factor = 1.0f;
           if (kDecay == Decay::kScalar) factor = decay_up[length - 1];
           if (kDecay == Decay::kPerChannel) factor = __expf(decay_end[row]);
-          float& entry = state[static_cast<int64_t>(key) * value_dim + col];
-          entry = fmaf(factor, entry, acc[n][e]);
+          const int64_t entry = static_cast<int64_t>(key) * value_dim + col;
+          slot[layout.start_state + entry] = s_old[n][e];
+          state[entry] = fmaf(factor, s_old[n][e], acc[n][e]);
         }
       }
       __syncthreads();
+    }
+  }
+}
+
+template <Decay kDecay, bool kDelta>
+__global__ void __launch_bounds__(kInterThreads, kTensorBlocksPerSm)
+ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
+                        const float* scratch) {
+  __shared__ __align__(16) float region[kOutputRegionFloats];
+  __shared__ float decay[kChunk];          // b_t, scalar decay
+  __shared__ float decay_up[kChunk];       // exp(b_t), scalar decay
+  __shared__ float decay_down[kChunk];     // unused here
+  __shared__ float totals[kInterThreads];
+
+  const int32_t key_dim = args.key_dim;
+  const int32_t value_dim = args.value_dim;
+  const int32_t num_value_heads = args.num_value_heads;
+  const int32_t value_tiles = (value_dim + kValueTile - 1) / kValueTile;
+  const int32_t tile = blockIdx.x % value_tiles;
+  const int32_t value_head = (blockIdx.x / value_tiles) % num_value_heads;
+  const int32_t local_sequence = blockIdx.x / value_tiles / num_value_heads;
+  const int32_t local_chunk = blockIdx.y;
+  ChunkSpan span;
+  if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) return;
+  const int32_t v0 = tile * kValueTile;
+  const int32_t head = value_head / (num_value_heads / args.num_heads);
+  const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
+  const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
+  const int32_t length = span.length;
+  const int depth = (length + 7) / 8 * 8;
+  const float* slot =
+      SlotOf(layout, const_cast<float*>(scratch), num_value_heads, local_sequence, local_chunk,
+             value_head);
+  const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+
+  const int row0 = 16 * (threadIdx.x / kWarpSize);
+  const int g = threadIdx.x % kWarpSize / 4;
+  const int j = threadIdx.x % 4;
+
+  float* q_hat = region;                            // [C, slab] q ⊙ exp(b)
+  float* s_slab = region + kChunk * kRowStrideA;    // [slab, tile] S0
+  float* u = region;                                // [C, tile] U'
+  float* p = region + kChunk * kRowStrideB;         // [C, C] P
+
+  LoadTokenScalars<kDecay, false>(args, span, value_head, decay, nullptr, totals);
+  if (kDecay == Decay::kScalar) ScalarDecayFactors(decay, length, decay_up, decay_down);
+
+  // O = (Q ⊙ exp(b)) S0.
+  float out[kTensorValueTiles][4] = {};
+  for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
+    if (kDecay == Decay::kPerChannel) {
+      LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, q_hat,
+                                                     kRowStrideA, totals);
+    }
+    StageStateSlab(slot + layout.start_state, key_dim, value_dim, k0, v0, s_slab);
+    ForEachInTile<kInterSlab, kInterThreads>(
+        [&](int t, int c) {
+          return t < length && k0 + c < key_dim ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
+        },
+        [&](int t, int c, float value) {
+          if (kDecay == Decay::kScalar) value *= decay_up[t];
+          if (kDecay == Decay::kPerChannel) value *= __expf(q_hat[t * kRowStrideA + c]);
+          q_hat[t * kRowStrideA + c] = value;
+        });
+    CopyAsyncWaitAll();
+    __syncthreads();
+    WarpProductTf32x3<kTensorValueTiles, false>(out, out, q_hat + row0 * kRowStrideA, nullptr,
+                                                kRowStrideA, 1, s_slab, kRowStrideB, kInterSlab);
+    __syncthreads();
+  }
+
+  // O += P U'.
+#pragma unroll
+  for (int i = 0; i < kScoresPerThread / 4; ++i) {
+    const int e = 4 * (threadIdx.x + i * kInterThreads);
+    CopyAsync<16>(&p[(e / kChunk) * kRowStrideA + e % kChunk], slot + layout.scores + e);
+  }
+  const float* v = kDelta ? slot + layout.values
+                          : args.v + static_cast<int64_t>(span.start) * v_row +
+                                value_head * value_dim;
+  const int64_t u_row = kDelta ? value_dim : v_row;
+#pragma unroll 4
+  for (int i = 0; i < kTileFloatsPerThread; ++i) {
+    const int e = threadIdx.x + i * kInterThreads;
+    const int t = e / kValueTile;
+    const int c = e % kValueTile;
+    float* target = &u[t * kRowStrideB + c];
+    if (t < length && v0 + c < value_dim) {
+      CopyAsync<4>(target, v + t * u_row + v0 + c);
+    } else {
+      *target = 0.0f;
+    }
+  }
+  CopyAsyncWaitAll();
+  __syncthreads();
+  WarpProductTf32x3<kTensorValueTiles, false>(out, out, p + row0 * kRowStrideA, nullptr,
+                                              kRowStrideA, 1, u, kRowStrideB, depth);
+  float* o = args.o + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+#pragma unroll
+  for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int t = row0 + g + 8 * (e / 2);
+      const int32_t col = v0 + 8 * n + 2 * j + e % 2;
+      if (t < length && col < value_dim) o[t * v_row + col] = out[n][e];
     }
   }
 }
@@ -1010,6 +1102,11 @@ bool ArgsValid(const ChunkwiseArgs& args) {
   return true;
 }
 
+// Whether launch 3 runs split (3a and 3b, the tensor-core kernels) rather than as one walk.
+bool UsesSplitWalk(const ChunkwiseArgs& args) {
+  return LUMEN_GPU_NVIDIA_PATHS && !args.normalize;
+}
+
 Plan MakePlan(const ChunkwiseArgs& args) {
   Plan plan;
   SlotLayout& layout = plan.layout;
@@ -1019,6 +1116,10 @@ Plan MakePlan(const ChunkwiseArgs& args) {
     offset += int64_t{kChunk} * args.key_dim;
     layout.values = offset;
     offset += int64_t{kChunk} * args.value_dim;
+  }
+  if (UsesSplitWalk(args)) {
+    layout.start_state = offset;
+    offset += int64_t{args.key_dim} * args.value_dim;
   }
   if (args.normalize) {
     layout.normalizer = offset;
@@ -1046,32 +1147,36 @@ int64_t ScratchBytes(const Plan& plan, const ChunkwiseArgs& args) {
          args.num_value_heads * plan.layout.slot_floats * 4;
 }
 
-// Launch 3's kernel: the tensor-core one where the build has it, except for the normalizer.
-template <Decay kDecay, bool kDelta, bool kNormalize>
-constexpr auto InterChunkKernelFor() {
-#if LUMEN_GPU_NVIDIA_PATHS
-  if constexpr (!kNormalize) {
-    return InterChunkTensorKernel<kDecay, kDelta>;
-  } else {
-    return InterChunkKernel<kDecay, kDelta, kNormalize>;
-  }
-#else
-  return InterChunkKernel<kDecay, kDelta, kNormalize>;
-#endif
+// Asks once per kernel for the largest shared-memory carveout: every kernel here is limited
+// by shared memory per multiprocessor. A preference only (a device that did not get it runs
+// the same code with fewer blocks per multiprocessor), so the first device's answer stands.
+template <auto kKernel>
+cudaError_t PreferSharedMemory() {
+  static const cudaError_t status =
+      cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel),
+                           cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
+  return status;
 }
 
 template <Decay kDecay, bool kDelta, bool kNormalize>
 cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scratch,
                          cudaStream_t stream) {
+  // The tensor-core kernels split the walk; the portable path and the normalizer keep it whole.
+  constexpr bool kSplit = LUMEN_GPU_NVIDIA_PATHS && !kNormalize;
   const SlotLayout& layout = plan.layout;
-  constexpr auto inter_kernel = InterChunkKernelFor<kDecay, kDelta, kNormalize>();
-  // Both kernels are limited by shared memory per multiprocessor: ask for all of it.
-  for (const void* kernel : {reinterpret_cast<const void*>(IntraChunkKernel<kDecay, kDelta, kNormalize>),
-                             reinterpret_cast<const void*>(inter_kernel)}) {
-    const cudaError_t status = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (status != cudaSuccess) return status;
+  cudaError_t status = PreferSharedMemory<IntraChunkKernel<kDecay, kDelta, kNormalize>>();
+  if constexpr (kSplit) {
+#if LUMEN_GPU_NVIDIA_PATHS
+    if (status == cudaSuccess) status = PreferSharedMemory<StateWalkTensorKernel<kDecay, kDelta>>();
+    if (status == cudaSuccess) {
+      status = PreferSharedMemory<ChunkOutputTensorKernel<kDecay, kDelta>>();
+    }
+#endif
+  } else if (status == cudaSuccess) {
+    status = PreferSharedMemory<InterChunkKernel<kDecay, kDelta, kNormalize>>();
   }
+  if (status != cudaSuccess) return status;
   const int32_t value_tiles = (args.value_dim + kValueTile - 1) / kValueTile;
   for (int32_t first_sequence = 0; first_sequence < args.num_sequences;
        first_sequence += plan.sequences_per_round) {
@@ -1088,9 +1193,19 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
         NormalizerPrefixKernel<<<sequences * args.num_value_heads, 128, 0, stream>>>(
             args, layout, round, scratch);
       }
-      inter_kernel<<<sequences * args.num_value_heads * value_tiles, kInterThreads, 0, stream>>>(
-              args, layout, round, scratch);
-      const cudaError_t status = cudaGetLastError();
+      const int32_t walks = sequences * args.num_value_heads * value_tiles;
+      if constexpr (kSplit) {
+#if LUMEN_GPU_NVIDIA_PATHS
+        StateWalkTensorKernel<kDecay, kDelta>
+            <<<walks, kInterThreads, 0, stream>>>(args, layout, round, scratch);
+        ChunkOutputTensorKernel<kDecay, kDelta>
+            <<<dim3(walks, chunks), kInterThreads, 0, stream>>>(args, layout, round, scratch);
+#endif
+      } else {
+        InterChunkKernel<kDecay, kDelta, kNormalize>
+            <<<walks, kInterThreads, 0, stream>>>(args, layout, round, scratch);
+      }
+      status = cudaGetLastError();
       if (status != cudaSuccess) return status;
     }
   }
