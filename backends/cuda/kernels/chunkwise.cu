@@ -76,6 +76,10 @@ struct SlotLayout {
   int64_t keys = 0;              // [C, K] W (delta rule)
   int64_t values = 0;            // [C, V] U, then U' (delta rule)
   int64_t start_state = 0;       // [K, V] the state before the chunk (split walk)
+  int64_t token_decay = 0;       // [C] b_t (split walk, scalar decay)
+  int64_t key_end = 0;           // [C, K] K ⊙ exp(b_C - b), zero past the chunk (split walk,
+                                 // per-channel decay)
+  int64_t decay_end = 0;         // [K] b_C (split walk, per-channel decay)
   int64_t normalizer = 0;        // [K] the chunk's key sum, then the normalizer it starts from
   int32_t chunks_per_round = 0;  // slots reserved per sequence
 };
@@ -364,6 +368,9 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
 
   LoadTokenScalars<kDecay, kDelta>(args, span, value_head, decay, beta, totals);
+  if (kDecay == Decay::kScalar && layout.token_decay > 0 && threadIdx.x < kChunk) {
+    slot[layout.token_decay + threadIdx.x] = decay[threadIdx.x];  // b_t for launch 3a
+  }
 
   float* q_raw = region;                          // [C, S] q
   float* k_raw = region + kIntraSlabFloats;       // [C, S] k
@@ -400,6 +407,12 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         for (int i = sub + 1; i < kSubChunks; ++i) {
           const float ri = b[(i * kSubChunk - 1) * kIntraStride + c];
           k_minus[((i - 1) * kChunk + t) * kIntraStride + c] = k_raw[t * kIntraStride + c] * __expf(ri - bt);
+        }
+        if (layout.key_end > 0 && k0 + c < key_dim) {  // K^ and b_C for launch 3a
+          const float end = b[(span.length - 1) * kIntraStride + c];
+          slot[layout.key_end + t * key_dim + k0 + c] =
+              t < span.length ? k_raw[t * kIntraStride + c] * __expf(end - bt) : 0.0f;
+          if (t == 0) slot[layout.decay_end + k0 + c] = end;
         }
       }
     }
@@ -774,21 +787,26 @@ constexpr int kTensorBlocksPerSm = 4;  // 4 x 128 threads: 128 registers each, o
                                        // B = 4, HV = 32, four value tiles on 132 SMs
 constexpr int kTensorValueTiles = kValueTile / 8;  // 8-column mma tiles per value tile
 constexpr int kTileFloatsPerThread = kChunk * kValueTile / kInterThreads;
+// Launch 3a holds the state tile in registers: keys up to kRegisterWalkSlabs slabs. Larger
+// keys take the SIMT walk.
+constexpr int kRegisterWalkSlabs = 2;
+constexpr int kRegisterWalkMaxKeys = kRegisterWalkSlabs * kInterSlab;
 // Row strides of the shared tiles, chosen so that fragment loads hit 32 distinct banks:
 // A operands read along rows need stride = 4 (mod 32), B operands and A operands read down
 // columns need stride = 8 (mod 32).
 constexpr int kRowStrideA = kInterSlab + 4;         // [64, slab] q_hat, w; [C, C] p
 constexpr int kRowStrideB = kValueTile + 8;         // [slab, tile] S0; [C, tile] U'
 constexpr int kRowStrideColumnA = kInterSlab + 8;   // [C, slab] k_end, read transposed
-// Shared memory of 3a (W with S0, then U' with k_end) and 3b (q_hat with S0, then P with U').
-constexpr int kWalkRegionFloats =
-    std::max(kChunk * kRowStrideA + kInterSlab * kRowStrideB,
-             kChunk * kRowStrideB + kChunk * kRowStrideColumnA);
+// Shared memory of 3a (S0, then U' in its place; a slab of W or K^) and 3b (q_hat with S0,
+// then P with U').
+constexpr int kWalkSlabFloats = kChunk * std::max(kRowStrideA, kRowStrideColumnA);
+constexpr int kWalkSharedFloats = kRegisterWalkMaxKeys * kRowStrideB + kWalkSlabFloats;
 constexpr int kOutputRegionFloats =
     std::max(kChunk * kRowStrideA + kInterSlab * kRowStrideB,
              kChunk * kRowStrideB + kChunk * kRowStrideA);
 static_assert(kTensorWarps * 16 == kChunk && kInterSlab == kChunk, "one 16-row strip per warp");
-static_assert(std::max(kWalkRegionFloats, kOutputRegionFloats) * 4 <=
+static_assert(kRegisterWalkMaxKeys >= kChunk, "U' fits in the place of S0");
+static_assert(std::max(kWalkSharedFloats, kOutputRegionFloats) * 4 <=
                   227 * 1024 / kTensorBlocksPerSm - 2048,
               "shared memory for kTensorBlocksPerSm blocks");
 
@@ -826,12 +844,11 @@ template <Decay kDecay, bool kDelta>
 __global__ void __launch_bounds__(kInterThreads, kTensorBlocksPerSm)
 StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
                       float* scratch) {
-  __shared__ __align__(16) float region[kWalkRegionFloats];
-  __shared__ float decay[kChunk];          // b_t, scalar decay
-  __shared__ float decay_up[kChunk];       // exp(b_t), scalar decay
-  __shared__ float decay_down[kChunk];     // exp(b_C - b_t), scalar decay
-  __shared__ float decay_end[kInterSlab];  // b_C per channel of the slab
-  __shared__ float totals[kInterThreads];
+  __shared__ __align__(16) float s_shared[kRegisterWalkMaxKeys * kRowStrideB];  // S0, then U'
+  __shared__ __align__(16) float slab[kWalkSlabFloats];  // a slab of W or of K^
+  float* u = s_shared;  // [C, tile] U', once W S0 is done
+  __shared__ float token_factor[kChunk];              // exp(b_C - b_t), scalar decay
+  __shared__ float key_factor[kRegisterWalkMaxKeys];  // exp(b_C) per key, per-channel decay
 
   const int32_t key_dim = args.key_dim;
   const int32_t value_dim = args.value_dim;
@@ -840,137 +857,195 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
   const int32_t tile = blockIdx.x % value_tiles;
   const int32_t value_head = (blockIdx.x / value_tiles) % num_value_heads;
   const int32_t local_sequence = blockIdx.x / value_tiles / num_value_heads;
+  const int32_t sequence = round.first_sequence + local_sequence;
+  if (sequence >= args.num_sequences) return;
   const int32_t v0 = tile * kValueTile;
   const int32_t head = value_head / (num_value_heads / args.num_heads);
   const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
   const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
+  const int key_slabs = (key_dim + kInterSlab - 1) / kInterSlab;
 
-  // This thread's accumulator entries: rows row0 + g (+ 8), columns 8 n + 2 j (+ 1).
+  // This thread's entries: rows row0 + g (+ 8) of each 64-row product (tokens, or the keys
+  // of slab m), columns 8 n + 2 j (+ 1) of the value tile.
   const int row0 = 16 * (threadIdx.x / kWarpSize);
   const int g = threadIdx.x % kWarpSize / 4;
   const int j = threadIdx.x % 4;
+  auto row_of = [&](int e) { return row0 + g + 8 * (e / 2); };
+  auto column_of = [&](int n, int e) { return 8 * n + 2 * j + e % 2; };
 
-  float* w = region;                                // [C, slab] W
-  float* s_slab = region + kChunk * kRowStrideA;    // [slab, tile] S0
-  float* u = region;                                // [C, tile] U'
-  float* k_end = region + kChunk * kRowStrideB;     // [C, slab] k ⊙ exp(b_C - b)
+  // The state tile in registers, in the accumulator layout of K^T U'.
+  float* state = args.states[sequence] + static_cast<int64_t>(value_head) * key_dim * value_dim;
+  float s[kRegisterWalkSlabs][kTensorValueTiles][4];
+#pragma unroll
+  for (int m = 0; m < kRegisterWalkSlabs; ++m) {
+#pragma unroll
+    for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int32_t key = kInterSlab * m + row_of(e);
+        const int32_t col = v0 + column_of(n, e);
+        s[m][n][e] = key < key_dim && col < value_dim
+                         ? state[static_cast<int64_t>(key) * value_dim + col] : 0.0f;
+      }
+    }
+  }
 
+  bool walked = false;
   for (int32_t local_chunk = 0; local_chunk < layout.chunks_per_round; ++local_chunk) {
     ChunkSpan span;
     if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) break;
+    walked = true;
     const int32_t length = span.length;
     const int depth = (length + 7) / 8 * 8;  // token steps of the products over t
     float* slot = SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
-    float* state =
-        args.states[span.sequence] + static_cast<int64_t>(value_head) * key_dim * value_dim;
     const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
-    LoadTokenScalars<kDecay, false>(args, span, value_head, decay, nullptr, totals);
-    if (kDecay == Decay::kScalar) ScalarDecayFactors(decay, length, decay_up, decay_down);
 
-    // X = W S0 (delta rule).
+    // This chunk's U (or V) entries, loaded now so that their latency hides behind W S0.
+    const float* u_in = kDelta ? slot + layout.values
+                               : args.v + static_cast<int64_t>(span.start) * v_row +
+                                     value_head * value_dim;
+    const int64_t u_row = kDelta ? value_dim : v_row;
+    float u_values[kTensorValueTiles][4];
+#pragma unroll
+    for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = row_of(e);
+        const int32_t col = v0 + column_of(n, e);
+        u_values[n][e] = t < length && col < value_dim ? u_in[t * u_row + col] : 0.0f;
+      }
+    }
+    float chunk_factor = 1.0f;  // exp(b_C), scalar decay
+    if (kDecay == Decay::kScalar) {
+      const float* b = slot + layout.token_decay;
+      const float end = b[length - 1];
+      chunk_factor = __expf(end);
+      if (threadIdx.x < kChunk) {
+        const int t = threadIdx.x;
+        token_factor[t] = t < length ? __expf(end - b[t]) : 0.0f;
+      }
+    }
+    if (kDecay == Decay::kPerChannel) {
+      for (int32_t key = threadIdx.x; key < key_slabs * kInterSlab; key += kInterThreads) {
+        key_factor[key] = key < key_dim ? __expf(slot[layout.decay_end + key]) : 0.0f;
+      }
+    }
+
+    // S0 to the slot (for launch 3b) and, for W S0, to shared memory.
+#pragma unroll
+    for (int m = 0; m < kRegisterWalkSlabs; ++m) {
+#pragma unroll
+      for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int32_t key = kInterSlab * m + row_of(e);
+          const int32_t col = v0 + column_of(n, e);
+          if (key < key_dim && col < value_dim) {
+            slot[layout.start_state + static_cast<int64_t>(key) * value_dim + col] = s[m][n][e];
+          }
+          if (kDelta) s_shared[key * kRowStrideB + column_of(n, e)] = s[m][n][e];
+        }
+      }
+    }
+
+    // X = W S0 (delta rule), a slab of keys at a time.
     float x[kTensorValueTiles][4] = {};
     if (kDelta) {
-      for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
+      for (int m = 0; m < key_slabs; ++m) {
+        const int32_t k0 = kInterSlab * m;
 #pragma unroll 4
         for (int i = 0; i < kSlabPerThread; ++i) {
           const int e = threadIdx.x + i * kInterThreads;
           const int t = e / kInterSlab;
           const int c = e % kInterSlab;
           if (k0 + c < key_dim) {
-            CopyAsync<4>(&w[t * kRowStrideA + c], slot + layout.keys + t * key_dim + k0 + c);
+            CopyAsync<4>(&slab[t * kRowStrideA + c], slot + layout.keys + t * key_dim + k0 + c);
           } else {
-            w[t * kRowStrideA + c] = 0.0f;
+            slab[t * kRowStrideA + c] = 0.0f;
           }
         }
-        StageStateSlab(state, key_dim, value_dim, k0, v0, s_slab);
         CopyAsyncWaitAll();
         __syncthreads();
-        WarpProductTf32x3<kTensorValueTiles, false>(x, x, w + row0 * kRowStrideA, nullptr,
-                                                    kRowStrideA, 1, s_slab, kRowStrideB,
-                                                    kInterSlab);
+        WarpProductTf32x3<kTensorValueTiles, false>(x, x, slab + row0 * kRowStrideA, nullptr,
+                                                    kRowStrideA, 1, s_shared + k0 * kRowStrideB,
+                                                    kRowStrideB, kInterSlab);
         __syncthreads();
       }
     }
 
-    // U' (V for additive writes, U - W S0 for the delta rule, saved in place of U).
-    const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+    // U' (V for additive writes; U - W S0 for the delta rule, saved in place of U).
 #pragma unroll
     for (int n = 0; n < kTensorValueTiles; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int t = row0 + g + 8 * (e / 2);
-        const int column = 8 * n + 2 * j + e % 2;
-        const int32_t col = v0 + column;
-        float value = 0.0f;
-        if (t < length && col < value_dim) {
-          if (kDelta) {
-            float& saved = slot[layout.values + t * value_dim + col];
-            value = saved - x[n][e];
-            saved = value;
-          } else {
-            value = __ldg(v + t * v_row + col);
-          }
-        }
-        u[t * kRowStrideB + column] = value;
+        const int t = row_of(e);
+        const int32_t col = v0 + column_of(n, e);
+        const float value = u_values[n][e] - x[n][e];
+        if (kDelta && t < length && col < value_dim) slot[layout.values + t * value_dim + col] = value;
+        u[t * kRowStrideB + column_of(n, e)] = t < length && col < value_dim ? value : 0.0f;
       }
     }
-    __syncthreads();
 
-    // S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U', a slab of key rows at a time; S0 goes to
-    // the slot for launch 3b.
-    for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
-      // The old entries first: their loads overlap the staging and the product.
-      float s_old[kTensorValueTiles][4];
+    // S = exp(b_C) ⊙ S0 + K^T U' with K^ = K ⊙ exp(b_C - b), a slab of keys at a time.
 #pragma unroll
-      for (int n = 0; n < kTensorValueTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int32_t key = k0 + row0 + g + 8 * (e / 2);
-          const int32_t col = v0 + 8 * n + 2 * j + e % 2;
-          s_old[n][e] = key < key_dim && col < value_dim
-                            ? state[static_cast<int64_t>(key) * value_dim + col] : 0.0f;
+    for (int m = 0; m < kRegisterWalkSlabs; ++m) {
+      if (m >= key_slabs) break;
+      const int32_t k0 = kInterSlab * m;
+      if (kDecay == Decay::kPerChannel) {  // K^ from launch 1
+#pragma unroll 4
+        for (int i = 0; i < kSlabPerThread; ++i) {
+          const int e = threadIdx.x + i * kInterThreads;
+          const int t = e / kInterSlab;
+          const int c = e % kInterSlab;
+          if (k0 + c < key_dim) {
+            CopyAsync<4>(&slab[t * kRowStrideColumnA + c],
+                         slot + layout.key_end + t * key_dim + k0 + c);
+          } else {
+            slab[t * kRowStrideColumnA + c] = 0.0f;
+          }
         }
+        CopyAsyncWaitAll();
+      } else {
+        __syncthreads();  // token_factor
+        ForEachInTile<kInterSlab, kInterThreads>(
+            [&](int t, int c) {
+              return t < length && k0 + c < key_dim ? __ldg(k + t * qk_row + k0 + c) : 0.0f;
+            },
+            [&](int t, int c, float value) {
+              if (kDecay == Decay::kScalar) value *= token_factor[t];
+              slab[t * kRowStrideColumnA + c] = value;
+            });
       }
-      if (kDecay == Decay::kPerChannel) {
-        LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, k_end,
-                                                       kRowStrideColumnA, totals);
-        if (threadIdx.x < kInterSlab) {
-          decay_end[threadIdx.x] = k_end[(length - 1) * kRowStrideColumnA + threadIdx.x];
-        }
-        __syncthreads();
-      }
-      ForEachInTile<kInterSlab, kInterThreads>(
-          [&](int t, int c) {
-            return t < length && k0 + c < key_dim ? __ldg(k + t * qk_row + k0 + c) : 0.0f;
-          },
-          [&](int t, int c, float value) {
-            if (kDecay == Decay::kScalar) value *= decay_down[t];
-            if (kDecay == Decay::kPerChannel) {
-              value *= __expf(decay_end[c] - k_end[t * kRowStrideColumnA + c]);
-            }
-            k_end[t * kRowStrideColumnA + c] = value;
-          });
       __syncthreads();
       float acc[kTensorValueTiles][4] = {};
-      WarpProductTf32x3<kTensorValueTiles, false>(acc, acc, k_end + row0, nullptr, 1,
+      WarpProductTf32x3<kTensorValueTiles, false>(acc, acc, slab + row0, nullptr, 1,
                                                   kRowStrideColumnA, u, kRowStrideB, depth);
 #pragma unroll
       for (int n = 0; n < kTensorValueTiles; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int row = row0 + g + 8 * (e / 2);
-          const int32_t key = k0 + row;
-          const int32_t col = v0 + 8 * n + 2 * j + e % 2;
-          if (key >= key_dim || col >= value_dim) continue;
           float factor = 1.0f;
-          if (kDecay == Decay::kScalar) factor = decay_up[length - 1];
-          if (kDecay == Decay::kPerChannel) factor = __expf(decay_end[row]);
-          const int64_t entry = static_cast<int64_t>(key) * value_dim + col;
-          slot[layout.start_state + entry] = s_old[n][e];
-          state[entry] = fmaf(factor, s_old[n][e], acc[n][e]);
+          if (kDecay == Decay::kScalar) factor = chunk_factor;
+          if (kDecay == Decay::kPerChannel) factor = key_factor[k0 + row_of(e)];
+          s[m][n][e] = fmaf(factor, s[m][n][e], acc[n][e]);
         }
       }
       __syncthreads();
+    }
+  }
+  if (!walked) return;
+#pragma unroll
+  for (int m = 0; m < kRegisterWalkSlabs; ++m) {
+#pragma unroll
+    for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int32_t key = kInterSlab * m + row_of(e);
+        const int32_t col = v0 + column_of(n, e);
+        if (key < key_dim && col < value_dim) {
+          state[static_cast<int64_t>(key) * value_dim + col] = s[m][n][e];
+        }
+      }
     }
   }
 }
@@ -1104,7 +1179,11 @@ bool ArgsValid(const ChunkwiseArgs& args) {
 
 // Whether launch 3 runs split (3a and 3b, the tensor-core kernels) rather than as one walk.
 bool UsesSplitWalk(const ChunkwiseArgs& args) {
-  return LUMEN_GPU_NVIDIA_PATHS && !args.normalize;
+#if LUMEN_GPU_NVIDIA_PATHS
+  return !args.normalize && args.key_dim <= kRegisterWalkMaxKeys;
+#else
+  return false;
+#endif
 }
 
 Plan MakePlan(const ChunkwiseArgs& args) {
@@ -1120,6 +1199,16 @@ Plan MakePlan(const ChunkwiseArgs& args) {
   if (UsesSplitWalk(args)) {
     layout.start_state = offset;
     offset += int64_t{args.key_dim} * args.value_dim;
+    if (args.decay == Decay::kScalar) {
+      layout.token_decay = offset;
+      offset += kChunk;
+    }
+    if (args.decay == Decay::kPerChannel) {
+      layout.key_end = offset;
+      offset += int64_t{kChunk} * args.key_dim;
+      layout.decay_end = offset;
+      offset += (args.key_dim + 3) / 4 * 4;
+    }
   }
   if (args.normalize) {
     layout.normalizer = offset;
@@ -1162,18 +1251,20 @@ cudaError_t PreferSharedMemory() {
 template <Decay kDecay, bool kDelta, bool kNormalize>
 cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scratch,
                          cudaStream_t stream) {
-  // The tensor-core kernels split the walk; the portable path and the normalizer keep it whole.
-  constexpr bool kSplit = LUMEN_GPU_NVIDIA_PATHS && !kNormalize;
   const SlotLayout& layout = plan.layout;
+  const bool split = UsesSplitWalk(args);
   cudaError_t status = PreferSharedMemory<IntraChunkKernel<kDecay, kDelta, kNormalize>>();
-  if constexpr (kSplit) {
 #if LUMEN_GPU_NVIDIA_PATHS
-    if (status == cudaSuccess) status = PreferSharedMemory<StateWalkTensorKernel<kDecay, kDelta>>();
-    if (status == cudaSuccess) {
+  if constexpr (!kNormalize) {
+    if (split && status == cudaSuccess) {
+      status = PreferSharedMemory<StateWalkTensorKernel<kDecay, kDelta>>();
+    }
+    if (split && status == cudaSuccess) {
       status = PreferSharedMemory<ChunkOutputTensorKernel<kDecay, kDelta>>();
     }
+  }
 #endif
-  } else if (status == cudaSuccess) {
+  if (!split && status == cudaSuccess) {
     status = PreferSharedMemory<InterChunkKernel<kDecay, kDelta, kNormalize>>();
   }
   if (status != cudaSuccess) return status;
@@ -1194,14 +1285,19 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
             args, layout, round, scratch);
       }
       const int32_t walks = sequences * args.num_value_heads * value_tiles;
-      if constexpr (kSplit) {
+      bool launched = false;
 #if LUMEN_GPU_NVIDIA_PATHS
-        StateWalkTensorKernel<kDecay, kDelta>
-            <<<walks, kInterThreads, 0, stream>>>(args, layout, round, scratch);
-        ChunkOutputTensorKernel<kDecay, kDelta>
-            <<<dim3(walks, chunks), kInterThreads, 0, stream>>>(args, layout, round, scratch);
+      if constexpr (!kNormalize) {
+        if (split) {
+          StateWalkTensorKernel<kDecay, kDelta>
+              <<<walks, kInterThreads, 0, stream>>>(args, layout, round, scratch);
+          ChunkOutputTensorKernel<kDecay, kDelta>
+              <<<dim3(walks, chunks), kInterThreads, 0, stream>>>(args, layout, round, scratch);
+          launched = true;
+        }
+      }
 #endif
-      } else {
+      if (!launched) {
         InterChunkKernel<kDecay, kDelta, kNormalize>
             <<<walks, kInterThreads, 0, stream>>>(args, layout, round, scratch);
       }
