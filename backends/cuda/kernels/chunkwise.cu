@@ -786,7 +786,6 @@ constexpr int kTensorWarps = kInterThreads / kWarpSize;
 constexpr int kTensorBlocksPerSm = 4;  // 4 x 128 threads: 128 registers each, one wave of
                                        // B = 4, HV = 32, four value tiles on 132 SMs
 constexpr int kTensorValueTiles = kValueTile / 8;  // 8-column mma tiles per value tile
-constexpr int kTileFloatsPerThread = kChunk * kValueTile / kInterThreads;
 // Launch 3a holds the state tile in registers: keys up to kRegisterWalkSlabs slabs. Larger
 // keys take the SIMT walk.
 constexpr int kRegisterWalkSlabs = 2;
@@ -821,23 +820,85 @@ __device__ __forceinline__ void ScalarDecayFactors(const float* decay, int32_t l
   __syncthreads();
 }
 
-// Starts copying rows [k0, k0 + kInterSlab) and columns [v0, v0 + kValueTile) of a [K, V]
-// state into `s_slab` (zero outside the state); the caller waits (CopyAsyncWaitAll).
-__device__ __forceinline__ void StageStateSlab(const float* state, int32_t key_dim,
-                                               int32_t value_dim, int32_t k0, int32_t v0,
-                                               float* s_slab) {
+// Starts copying a kRows x kColumns tile from global memory (`source`, row stride
+// `source_row` floats) to shared memory (`target`, row stride `target_row`, 16-byte aligned
+// rows); entries at or past `rows` or `columns` become zero. The caller waits
+// (CopyAsyncWaitAll); each thread may then read the entries it copied itself, and the others
+// after a barrier. `quads`: every row of the source starts 16-byte aligned and `columns` is a
+// multiple of 4 (or at least kColumns), so 16-byte copies; else 4-byte ones.
+template <int kRows, int kColumns>
+__device__ __forceinline__ void StageTile(const float* source, int64_t source_row, int rows,
+                                          int columns, float* target, int target_row,
+                                          bool quads) {
+  static_assert(kColumns % 4 == 0 && kRows * kColumns % (4 * kInterThreads) == 0, "layout");
+  if (quads) {
+    constexpr int kPerThread = kRows * kColumns / 4 / kInterThreads;
+#pragma unroll 2
+    for (int i = 0; i < kPerThread; ++i) {
+      const int e = threadIdx.x + i * kInterThreads;
+      const int r = e / (kColumns / 4);
+      const int c = 4 * (e % (kColumns / 4));
+      float* to = target + r * target_row + c;
+      if (r < rows && c < columns) {
+        CopyAsync<16>(to, source + r * source_row + c);
+      } else {
+        *reinterpret_cast<float4*>(to) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  } else {
+    constexpr int kPerThread = kRows * kColumns / kInterThreads;
 #pragma unroll 4
-  for (int i = 0; i < kStatePerThread; ++i) {
-    const int e = threadIdx.x + i * kInterThreads;
-    const int r = e / kValueTile;
-    const int c = e % kValueTile;
-    float* target = &s_slab[r * kRowStrideB + c];
-    if (k0 + r < key_dim && v0 + c < value_dim) {
-      CopyAsync<4>(target, state + static_cast<int64_t>(k0 + r) * value_dim + v0 + c);
-    } else {
-      *target = 0.0f;
+    for (int i = 0; i < kPerThread; ++i) {
+      const int e = threadIdx.x + i * kInterThreads;
+      const int r = e / kColumns;
+      const int c = e % kColumns;
+      float* to = target + r * target_row + c;
+      if (r < rows && c < columns) {
+        CopyAsync<4>(to, source + r * source_row + c);
+      } else {
+        *to = 0.0f;
+      }
     }
   }
+}
+
+// Calls scale(t, c, value) -> value on each entry of a kRows x kColumns shared tile that this
+// thread copied with StageTile (same `quads`), in place.
+template <int kRows, int kColumns, typename Scale>
+__device__ __forceinline__ void ScaleStagedTile(float* target, int target_row, bool quads,
+                                                Scale scale) {
+  if (quads) {
+    constexpr int kPerThread = kRows * kColumns / 4 / kInterThreads;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int e = threadIdx.x + i * kInterThreads;
+      const int r = e / (kColumns / 4);
+      const int c = 4 * (e % (kColumns / 4));
+      float4& quad = *reinterpret_cast<float4*>(target + r * target_row + c);
+      float4 value = quad;
+      value.x = scale(r, c, value.x);
+      value.y = scale(r, c + 1, value.y);
+      value.z = scale(r, c + 2, value.z);
+      value.w = scale(r, c + 3, value.w);
+      quad = value;
+    }
+  } else {
+    constexpr int kPerThread = kRows * kColumns / kInterThreads;
+#pragma unroll 4
+    for (int i = 0; i < kPerThread; ++i) {
+      const int e = threadIdx.x + i * kInterThreads;
+      const int r = e / kColumns;
+      const int c = e % kColumns;
+      float& entry = target[r * target_row + c];
+      entry = scale(r, c, entry);
+    }
+  }
+}
+
+// Whether StageTile may copy quads: rows of `row` floats from `base` stay 16-byte aligned and
+// each row's `columns` come in whole quads (none reaches past them).
+__device__ __forceinline__ bool QuadAligned(const float* base, int64_t row, int32_t columns) {
+  return reinterpret_cast<uintptr_t>(base) % 16 == 0 && row % 4 == 0 && columns % 4 == 0;
 }
 
 template <Decay kDecay, bool kDelta>
@@ -864,6 +925,8 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
   const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
   const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
   const int key_slabs = (key_dim + kInterSlab - 1) / kInterSlab;
+  const bool key_quads = QuadAligned(scratch, key_dim, key_dim);  // slot rows of W and K^
+  const bool input_quads = QuadAligned(args.k + head * key_dim, qk_row, key_dim);
 
   // This thread's entries: rows row0 + g (+ 8) of each 64-row product (tokens, or the keys
   // of slab m), columns 8 n + 2 j (+ 1) of the value tile.
@@ -953,17 +1016,8 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
     if (kDelta) {
       for (int m = 0; m < key_slabs; ++m) {
         const int32_t k0 = kInterSlab * m;
-#pragma unroll 4
-        for (int i = 0; i < kSlabPerThread; ++i) {
-          const int e = threadIdx.x + i * kInterThreads;
-          const int t = e / kInterSlab;
-          const int c = e % kInterSlab;
-          if (k0 + c < key_dim) {
-            CopyAsync<4>(&slab[t * kRowStrideA + c], slot + layout.keys + t * key_dim + k0 + c);
-          } else {
-            slab[t * kRowStrideA + c] = 0.0f;
-          }
-        }
+        StageTile<kChunk, kInterSlab>(slot + layout.keys + k0, key_dim, kChunk, key_dim - k0,
+                                      slab, kRowStrideA, key_quads);
         CopyAsyncWaitAll();
         __syncthreads();
         WarpProductTf32x3<kTensorValueTiles, false>(x, x, slab + row0 * kRowStrideA, nullptr,
@@ -992,29 +1046,19 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
       if (m >= key_slabs) break;
       const int32_t k0 = kInterSlab * m;
       if (kDecay == Decay::kPerChannel) {  // K^ from launch 1
-#pragma unroll 4
-        for (int i = 0; i < kSlabPerThread; ++i) {
-          const int e = threadIdx.x + i * kInterThreads;
-          const int t = e / kInterSlab;
-          const int c = e % kInterSlab;
-          if (k0 + c < key_dim) {
-            CopyAsync<4>(&slab[t * kRowStrideColumnA + c],
-                         slot + layout.key_end + t * key_dim + k0 + c);
-          } else {
-            slab[t * kRowStrideColumnA + c] = 0.0f;
-          }
-        }
+        StageTile<kChunk, kInterSlab>(slot + layout.key_end + k0, key_dim, kChunk,
+                                      key_dim - k0, slab, kRowStrideColumnA, key_quads);
         CopyAsyncWaitAll();
       } else {
-        __syncthreads();  // token_factor
-        ForEachInTile<kInterSlab, kInterThreads>(
-            [&](int t, int c) {
-              return t < length && k0 + c < key_dim ? __ldg(k + t * qk_row + k0 + c) : 0.0f;
-            },
-            [&](int t, int c, float value) {
-              if (kDecay == Decay::kScalar) value *= token_factor[t];
-              slab[t * kRowStrideColumnA + c] = value;
-            });
+        StageTile<kChunk, kInterSlab>(k + k0, qk_row, length, key_dim - k0, slab,
+                                      kRowStrideColumnA, input_quads);
+        CopyAsyncWaitAll();
+        if (kDecay == Decay::kScalar) {
+          __syncthreads();  // token_factor
+          ScaleStagedTile<kChunk, kInterSlab>(
+              slab, kRowStrideColumnA, input_quads,
+              [&](int t, int, float value) { return value * token_factor[t]; });
+        }
       }
       __syncthreads();
       float acc[kTensorValueTiles][4] = {};
@@ -1080,6 +1124,8 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
       SlotOf(layout, const_cast<float*>(scratch), num_value_heads, local_sequence, local_chunk,
              value_head);
   const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+  const bool state_quads = QuadAligned(scratch, value_dim, value_dim);
+  const bool input_quads = QuadAligned(args.q + head * key_dim, qk_row, key_dim);
 
   const int row0 = 16 * (threadIdx.x / kWarpSize);
   const int g = threadIdx.x % kWarpSize / 4;
@@ -1100,17 +1146,28 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
       LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, q_hat,
                                                      kRowStrideA, totals);
     }
-    StageStateSlab(slot + layout.start_state, key_dim, value_dim, k0, v0, s_slab);
-    ForEachInTile<kInterSlab, kInterThreads>(
-        [&](int t, int c) {
-          return t < length && k0 + c < key_dim ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
-        },
-        [&](int t, int c, float value) {
-          if (kDecay == Decay::kScalar) value *= decay_up[t];
-          if (kDecay == Decay::kPerChannel) value *= __expf(q_hat[t * kRowStrideA + c]);
-          q_hat[t * kRowStrideA + c] = value;
-        });
-    CopyAsyncWaitAll();
+    StageTile<kInterSlab, kValueTile>(
+        slot + layout.start_state + static_cast<int64_t>(k0) * value_dim + v0, value_dim,
+        key_dim - k0, value_dim - v0, s_slab, kRowStrideB, state_quads);
+    if (kDecay == Decay::kPerChannel) {  // q_hat holds b_t: scale as the values arrive
+      ForEachInTile<kInterSlab, kInterThreads>(
+          [&](int t, int c) {
+            return t < length && k0 + c < key_dim ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
+          },
+          [&](int t, int c, float value) {
+            q_hat[t * kRowStrideA + c] = value * __expf(q_hat[t * kRowStrideA + c]);
+          });
+      CopyAsyncWaitAll();
+    } else {
+      StageTile<kChunk, kInterSlab>(q + k0, qk_row, length, key_dim - k0, q_hat, kRowStrideA,
+                                    input_quads);
+      CopyAsyncWaitAll();
+      if (kDecay == Decay::kScalar) {
+        ScaleStagedTile<kChunk, kInterSlab>(
+            q_hat, kRowStrideA, input_quads,
+            [&](int t, int, float value) { return value * decay_up[t]; });
+      }
+    }
     __syncthreads();
     WarpProductTf32x3<kTensorValueTiles, false>(out, out, q_hat + row0 * kRowStrideA, nullptr,
                                                 kRowStrideA, 1, s_slab, kRowStrideB, kInterSlab);
@@ -1127,18 +1184,8 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
                           : args.v + static_cast<int64_t>(span.start) * v_row +
                                 value_head * value_dim;
   const int64_t u_row = kDelta ? value_dim : v_row;
-#pragma unroll 4
-  for (int i = 0; i < kTileFloatsPerThread; ++i) {
-    const int e = threadIdx.x + i * kInterThreads;
-    const int t = e / kValueTile;
-    const int c = e % kValueTile;
-    float* target = &u[t * kRowStrideB + c];
-    if (t < length && v0 + c < value_dim) {
-      CopyAsync<4>(target, v + t * u_row + v0 + c);
-    } else {
-      *target = 0.0f;
-    }
-  }
+  StageTile<kChunk, kValueTile>(v + v0, u_row, length, value_dim - v0, u, kRowStrideB,
+                                QuadAligned(v, u_row, value_dim));
   CopyAsyncWaitAll();
   __syncthreads();
   WarpProductTf32x3<kTensorValueTiles, false>(out, out, p + row0 * kRowStrideA, nullptr,
