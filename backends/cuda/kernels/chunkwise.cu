@@ -1,19 +1,22 @@
-// The chunkwise form on the GPU at fp32 accuracy (no TF32 rounding), as three launches per
-// round:
+// The chunkwise form on the GPU at fp32 accuracy (no TF32 rounding), as three or four
+// launches per round:
 //
 //   1. IntraChunkKernel, one block per (sequence, chunk, value head), all chunks at once:
 //      the masked C x C score matrix P[t, s] = sum_i q_t k_s exp(b_t - b_s) (s <= t) and, for
 //      the delta rule, the UT transform of flash-linear-attention:
 //      W = (I + A)^-1 diag(beta) (K ⊙ exp(b)) and U = (I + A)^-1 diag(beta) V with
 //      A[t, s] = beta_t sum_i k_t k_s exp(b_t - b_s) (s < t), by forward substitution.
-//      For the normalizer it sums each chunk's keys.
+//      For the normalizer it sums each chunk's keys; for the split walk (3a) it also saves b_t
+//      (scalar decay) or K ⊙ exp(b_C - b) and b_C (per-channel decay).
 //   2. NormalizerPrefixKernel (normalizer only): the normalizer each chunk starts from.
-//   3. InterChunkKernel, one block per (sequence, value head, tile of value columns), walking
-//      the chunks in order with the state: U' = U - W S0 for the delta rule (V itself for
-//      additive writes), O = (Q ⊙ exp(b)) S0 + P U', S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U'.
-//      NVIDIA builds run it as InterChunkTensorKernel instead (except for the normalizer):
-//      the same walk with its products on the tensor cores in 3xTF32 (tf32x3_mma.cuh).
-//      Launches 1 and 2, and InterChunkKernel, are fp32 on the SIMT cores: the portable path.
+//   3. The inter-chunk part: U' = U - W S0 for the delta rule (V itself for additive writes),
+//      O = (Q ⊙ exp(b)) S0 + P U', S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U'.
+//      NVIDIA builds with K <= 128 and no normalizer split it as flash-linear-attention does,
+//      on the tensor cores in 3xTF32 (tf32x3_mma.cuh): 3a StateWalkTensorKernel walks the
+//      chunks in order carrying only the state (in registers) and saves each chunk's starting
+//      state and U'; 3b ChunkOutputTensorKernel computes O for every chunk at once.
+//      Elsewhere InterChunkKernel, one block per (sequence, value head, tile of value columns),
+//      walks the chunks and computes all three in fp32 on the SIMT cores: the portable path.
 //
 // b_t is the cumulative log-decay inside the chunk (token t's own decay included), per key
 // channel; every factor exp(b_t - b_s) with s <= t is <= 1. Per-channel decays cannot be
@@ -23,7 +26,8 @@
 // factors <= 1; inside a sub-chunk each term gets its own exp(b_t - b_s). No chunk is ever cut
 // short, whatever the decays.
 //
-// Scratch holds the per-chunk results of launch 1 for a bounded window of chunks; longer calls
+// Scratch holds the per-chunk results of launches 1 and 3a (P, W, U then U', the chunk's
+// starting state, the decay terms) for a bounded window of chunks; longer calls
 // run as several rounds (a window of chunks for a group of sequences each), the state carrying
 // between them in place. Rounds are plain stream-ordered launches: no host synchronisation.
 //
@@ -809,23 +813,12 @@ static_assert(std::max(kWalkSharedFloats, kOutputRegionFloats) * 4 <=
                   227 * 1024 / kTensorBlocksPerSm - 2048,
               "shared memory for kTensorBlocksPerSm blocks");
 
-// Per-token scalar decay factors of a chunk: exp(b_t) and exp(b_C - b_t) (zero past the end).
-__device__ __forceinline__ void ScalarDecayFactors(const float* decay, int32_t length,
-                                                   float* decay_up, float* decay_down) {
-  if (threadIdx.x < kChunk) {
-    const int t = threadIdx.x;
-    decay_up[t] = __expf(decay[t]);
-    decay_down[t] = t < length ? __expf(decay[length - 1] - decay[t]) : 0.0f;
-  }
-  __syncthreads();
-}
-
 // Starts copying a kRows x kColumns tile from global memory (`source`, row stride
 // `source_row` floats) to shared memory (`target`, row stride `target_row`, 16-byte aligned
 // rows); entries at or past `rows` or `columns` become zero. The caller waits
 // (CopyAsyncWaitAll); each thread may then read the entries it copied itself, and the others
-// after a barrier. `quads`: every row of the source starts 16-byte aligned and `columns` is a
-// multiple of 4 (or at least kColumns), so 16-byte copies; else 4-byte ones.
+// after a barrier. `quads` (QuadAligned): every row of the source starts 16-byte aligned and
+// `columns` is a multiple of 4, so 16-byte copies; else 4-byte ones.
 template <int kRows, int kColumns>
 __device__ __forceinline__ void StageTile(const float* source, int64_t source_row, int rows,
                                           int columns, float* target, int target_row,
@@ -1101,7 +1094,6 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
   __shared__ __align__(16) float region[kOutputRegionFloats];
   __shared__ float decay[kChunk];          // b_t, scalar decay
   __shared__ float decay_up[kChunk];       // exp(b_t), scalar decay
-  __shared__ float decay_down[kChunk];     // unused here
   __shared__ float totals[kInterThreads];
 
   const int32_t key_dim = args.key_dim;
@@ -1137,7 +1129,10 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
   float* p = region + kChunk * kRowStrideB;         // [C, C] P
 
   LoadTokenScalars<kDecay, false>(args, span, value_head, decay, nullptr, totals);
-  if (kDecay == Decay::kScalar) ScalarDecayFactors(decay, length, decay_up, decay_down);
+  if (kDecay == Decay::kScalar) {
+    if (threadIdx.x < kChunk) decay_up[threadIdx.x] = __expf(decay[threadIdx.x]);
+    __syncthreads();
+  }
 
   // O = (Q ⊙ exp(b)) S0.
   float out[kTensorValueTiles][4] = {};
