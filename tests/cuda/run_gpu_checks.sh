@@ -3,7 +3,8 @@
 # GPU tests (ctest label `gpu`) and `lumen bench`. Logs go to $LOG_DIR (default ./gpu-logs).
 # Usage: run_gpu_checks.sh [cmake args...], e.g. -DCMAKE_PREFIX_PATH=... -DLUMEN_VECTORS_DIR=...
 # Set SKIP_BENCH=1 to leave the benchmark out, QUICK_BENCH=1 for a short one, BUILD_DIR to
-# build elsewhere than build-gpu (e.g. a second configuration with -DLUMEN_CUDA_PORTABLE=ON).
+# build elsewhere than build-gpu (e.g. a second configuration with -DLUMEN_CUDA_PORTABLE=ON),
+# BUILD_ONLY=1 to stop after the build.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 log_dir=${LOG_DIR:-gpu-logs}
@@ -25,6 +26,7 @@ cmake --build "$build_dir" --target help | grep -q lumen_python_capi && targets+
 cmake --build "$build_dir" -j"$(nproc)" --target "${targets[@]}" >"$log_dir/build.log" 2>&1 ||
   { grep -B2 -A8 -m5 "error" "$log_dir/build.log"; exit 1; }
 echo "build: $(($(date +%s) - start)) s"
+[[ -n "${BUILD_ONLY:-}" ]] && exit 0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 ctest --test-dir "$build_dir" -L gpu -V --timeout 900 >"$log_dir/ctest.log" 2>&1
 tests_status=$?
