@@ -4,6 +4,8 @@
 // order (q, k, g, v, beta; lowest element index first), is kept in an error record in device
 // memory. Every kernel that writes state or output reads the record and does nothing while it
 // holds an error, so a failing call leaves every session as it was, without the host waiting.
+// A check launch does the scan (LaunchCheckInputs), or, for a small step, each block of the
+// step kernel itself (BlockFindsInputError), which saves a launch.
 
 #include <cstdint>
 
@@ -37,6 +39,162 @@ struct InputErrorRecord {
 __device__ __forceinline__ bool InputFailed(const InputErrorRecord* record) {
   return record != nullptr && *reinterpret_cast<const volatile unsigned long long*>(
                                   &record->error) != kNoInputError;
+}
+
+// One tensor of a call as the checks read it.
+struct CheckedTensor {
+  const void* data = nullptr;
+  int64_t count = 0;  // elements; 0 when the layer has no such input
+  int64_t heads = 0, per_head = 0;
+  int32_t domain = kDomainFinite;
+};
+
+// Every raw input of a call, kInputQ .. kInputBeta.
+struct CheckedInputs {
+  CheckedTensor tensors[5];
+  int32_t dtype = kFloat32;
+};
+
+// The raw inputs of a call of `num_tokens` tokens, as the checks read them.
+CheckedInputs InputsToCheck(const LayerConfig& layer, const RawInputs& inputs,
+                            int64_t num_tokens);
+
+// Elements of every tensor of `inputs` together.
+int64_t CheckedElementCount(const CheckedInputs& inputs);
+
+constexpr float kLargestFinite = 3.40282347e+38f;  // FLT_MAX, as in src/input_domain.h
+
+__device__ __forceinline__ bool Inside(float value, int32_t domain) {
+  const float low = domain == kDomainUnit ? 0.0f : -kLargestFinite;
+  const float high =
+      domain == kDomainFinite ? kLargestFinite : domain == kDomainLogGate ? 0.0f : 1.0f;
+  return value >= low && value <= high;  // false for NaN
+}
+
+// Makes the call's smallest candidate the record (unless an earlier error is still there) and
+// holds the sequences of a failing call. One thread, after every candidate of the call is in.
+__device__ inline void FinishCheck(const CheckedInputs& args, int32_t num_sessions,
+                                   int32_t* cu_seqlens, bool hold_sequences,
+                                   InputErrorRecord* record) {
+  const unsigned long long key = atomicExch(&record->candidate, kNoInputError);
+  if (record->error == kNoInputError && key != kNoInputError) {
+    const int tensor = static_cast<int>(key >> kInputIndexBits);
+    const int64_t index = static_cast<int64_t>(key & ((1ull << kInputIndexBits) - 1));
+    const CheckedTensor& t = args.tensors[tensor];
+    record->value = LoadElement(t.data, index, args.dtype);
+    record->domain = t.domain;
+    record->heads = t.heads;
+    record->per_head = t.per_head;
+    const int64_t token = index / (t.heads * t.per_head);
+    int64_t session = token, first = token;
+    if (cu_seqlens != nullptr) {
+      // The last offset at or before the token (empty sessions before it share its offset).
+      int32_t low = 0, high = num_sessions;  // cu_seqlens[low] <= token < cu_seqlens[high]
+      while (high - low > 1) {
+        const int32_t middle = (low + high) / 2;
+        if (cu_seqlens[middle] <= token) {
+          low = middle;
+        } else {
+          high = middle;
+        }
+      }
+      session = low;
+      first = cu_seqlens[low];
+    }
+    record->session = session;
+    record->session_token = token - first;
+    record->num_sessions = num_sessions;
+    record->error = key;
+  }
+  if (hold_sequences && record->error != kNoInputError) {
+    for (int32_t s = 0; s <= num_sessions; ++s) cu_seqlens[s] = 0;
+  }
+}
+
+// Lowers the record's candidate to the first element of `args` outside its domain that the
+// threads `first, first + stride, ...` find. Every candidate is in once all such threads
+// have returned (and their writes are visible).
+__device__ inline void LowerCandidate(const CheckedInputs& args, int64_t first, int64_t stride,
+                                      InputErrorRecord* record) {
+#pragma unroll 1
+  for (int tensor = 0; tensor < 5; ++tensor) {
+    const CheckedTensor& t = args.tensors[tensor];
+    for (int64_t i = first; i < t.count; i += stride) {
+      if (!Inside(LoadElement(t.data, i, args.dtype), t.domain)) {
+        atomicMin(&record->candidate,
+                  (static_cast<unsigned long long>(tensor) << kInputIndexBits) |
+                      static_cast<unsigned long long>(i));
+        break;  // later elements of this thread have larger keys
+      }
+    }
+  }
+}
+
+// Whether any element of `args` that this block reads lies outside its domain. The block
+// reads every tensor as one run of 16-byte chunks (thread threadIdx.x takes chunks
+// threadIdx.x, + blockDim.x, ...), several loads in flight before the first test, so a small
+// call's inputs take a few round trips to L2. A tensor not aligned for 16-byte loads, and the
+// elements past a tensor's last whole chunk, are read element by element.
+__device__ inline bool BlockReadsOutside(const CheckedInputs& args) {
+  const int32_t dtype = args.dtype;
+  const int64_t per_chunk = dtype == kFloat32 ? 4 : 8;
+  int64_t chunks[5], chunk_end[5];
+  int64_t total = 0;
+#pragma unroll
+  for (int tensor = 0; tensor < 5; ++tensor) {
+    const CheckedTensor& t = args.tensors[tensor];
+    const bool aligned = reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+    chunks[tensor] = aligned ? t.count / per_chunk : 0;
+    total += chunks[tensor];
+    chunk_end[tensor] = total;
+  }
+  bool outside = false;
+#pragma unroll 8
+  for (int64_t j = threadIdx.x; j < total; j += blockDim.x) {
+    const void* data = args.tensors[0].data;
+    int32_t domain = args.tensors[0].domain;
+    int64_t start = 0;
+#pragma unroll
+    for (int tensor = 1; tensor < 5; ++tensor) {
+      if (j >= chunk_end[tensor - 1]) {
+        data = args.tensors[tensor].data;
+        domain = args.tensors[tensor].domain;
+        start = chunk_end[tensor - 1];
+      }
+    }
+    const uint4 raw = static_cast<const uint4*>(data)[j - start];
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if (e < per_chunk) outside |= !Inside(LoadElement(words, e, dtype), domain);
+    }
+  }
+#pragma unroll 1
+  for (int tensor = 0; tensor < 5; ++tensor) {
+    const CheckedTensor& t = args.tensors[tensor];
+    for (int64_t i = chunks[tensor] * per_chunk + threadIdx.x; i < t.count; i += blockDim.x) {
+      outside |= !Inside(LoadElement(t.data, i, dtype), t.domain);
+    }
+  }
+  return outside;
+}
+
+// The input check of a small call done inside its step kernel: each block reads the whole
+// call's raw inputs itself (a few KiB, from L2), so no check launch runs before the step.
+// Returns, to every thread of the block, whether the block must change nothing: a value of
+// this call outside its domain, or an earlier call's error still in the record. The block
+// that `reports` writes the record as LaunchCheckInputs would (sessions: one token each).
+// Every thread of the block calls it, none having returned.
+__device__ inline bool BlockFindsInputError(const CheckedInputs& args, int32_t num_sessions,
+                                            bool reports, InputErrorRecord* record) {
+  const bool failed = __syncthreads_or(BlockReadsOutside(args));
+  if (failed && reports) {  // rare: the first failing element, as the check kernel finds it
+    LowerCandidate(args, threadIdx.x, blockDim.x, record);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) FinishCheck(args, num_sessions, nullptr, false, record);
+  }
+  return failed || InputFailed(record);
 }
 
 // Enqueues the emptying of `record`.
