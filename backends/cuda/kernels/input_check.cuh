@@ -130,6 +130,17 @@ __device__ inline void LowerCandidate(const CheckedInputs& args, int64_t first, 
   }
 }
 
+// Element e of a 16-byte chunk of a tensor of `dtype`, as fp32 (exactly as LoadElement).
+__device__ __forceinline__ float ChunkElement(const uint32_t (&words)[4], int e, int32_t dtype) {
+  if (dtype == kFloat32) return __uint_as_float(words[e]);
+  const uint32_t bits = (words[e / 2] >> (16 * (e % 2))) & 0xffffu;
+  if (dtype == kBFloat16) return __uint_as_float(bits << 16);
+  const uint16_t half_bits = static_cast<uint16_t>(bits);
+  __half value;
+  __builtin_memcpy(&value, &half_bits, sizeof(value));
+  return __half2float(value);
+}
+
 // Whether any element of `args` that this block reads lies outside its domain. The block
 // reads every tensor as one run of 16-byte chunks (thread threadIdx.x takes chunks
 // threadIdx.x, + blockDim.x, ...), several loads in flight before the first test, so a small
@@ -166,7 +177,7 @@ __device__ inline bool BlockReadsOutside(const CheckedInputs& args) {
     const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      if (e < per_chunk) outside |= !Inside(LoadElement(words, e, dtype), domain);
+      if (e < per_chunk) outside |= !Inside(ChunkElement(words, e, dtype), domain);
     }
   }
 #pragma unroll 1
