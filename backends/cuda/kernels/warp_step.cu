@@ -1,11 +1,13 @@
 // The warp step kernel. A block owns a tile of 32 columns of one value head of one session.
 // Each column group (4 consecutive columns, one 16-byte access of fp32 state) belongs to a
 // run of kRowLanes consecutive lanes that split its K rows (row i goes to lane i % kRowLanes),
-// so every sum over K (S'^T k, S'^T q, the L2 norms, q . k) is a sum across one lane run:
-// shuffles, no shared memory, no barrier. The tile lives in registers: each thread issues
-// all its state loads before anything else, and no thread waits for another before its
-// stores. The runs never cross a warp of 32 or 64 lanes, so the layout is the same on every
-// warp width.
+// so every sum over a column (S'^T k, S'^T q, q . k) is a sum across one lane run: shuffles,
+// no shared memory, no barrier. The tile itself is copied into shared memory (asynchronously,
+// whole rows per warp) before anything else, and written back from there the same way after
+// one barrier: the block waits for its bytes once, holds them in shared memory rather than
+// registers meanwhile (so many blocks, and their copies, fit on an SM), and reads and writes
+// each state byte once. The runs never cross a warp of 32 or 64 lanes, so the layout is the
+// same on every warp width.
 //
 // Per token (SPEC section 2): additive, S_t = a S + k v^T and o = S_t^T q; delta rule,
 // S' = a S, u = beta (v - S'^T k), S_t = S' + k u^T and o = S'^T q + (q . k) u.
@@ -80,24 +82,39 @@ WarpStepKernel(const StepArgs args, const StepStates states) {
   const int32_t col = tile * kTileColumns + threadIdx.x / kRowLanes * kColumnVec;
   const bool active = col < V;  // V % 4 == 0: a group is wholly inside V or wholly outside
 
-  Stored* matrix = static_cast<Stored*>(states.layer_state[session]) + int64_t{hv} * K * V;
-  // Issue every state load first: they are the bytes this kernel exists to move.
-  float s[kRows][kColumnVec];
+  // Copy the tile into shared memory first: these are the bytes this kernel exists to move.
+  // Consecutive threads take consecutive column groups of a row, so each warp reads whole
+  // rows of the tile (128 bytes of fp32 state); while they are in flight they hold no
+  // registers, and many blocks fit on an SM. A row is padded by one group so that the lanes
+  // of a run, which read one group of consecutive rows, fall in different banks.
+  constexpr int kKeyRows = kRowLanes * kRows;
+  constexpr int kGroupBytes = kColumnVec * static_cast<int>(sizeof(Stored));
+  constexpr int kGroupsPerRow = kTileColumns / kColumnVec;
+  constexpr int kRowStride = (kGroupsPerRow + 1) * kGroupBytes;
+  constexpr int kCopiesPerThread = kKeyRows * kGroupsPerRow / kThreads;
+  static_assert(kKeyRows * kGroupsPerRow % kThreads == 0, "whole copy rounds");
+  __shared__ __align__(16) char tile_s[kKeyRows * kRowStride];
+  char* matrix = reinterpret_cast<char*>(static_cast<Stored*>(states.layer_state[session]) +
+                                         int64_t{hv} * K * V);
+  const int32_t tile_col = tile * kTileColumns;
+  // Where this tile's group g of row i sits in the matrix and in tile_s, and whether it is
+  // inside the matrix.
+  auto group_inside = [&](int i, int g) { return i < K && tile_col + g * kColumnVec < V; };
+  auto group_global = [&](int i, int g) {
+    return matrix + (int64_t{i} * V + tile_col + g * kColumnVec) * int64_t{sizeof(Stored)};
+  };
+  auto group_shared = [&](int i, int g) { return tile_s + i * kRowStride + g * kGroupBytes; };
 #pragma unroll
-  for (int m = 0; m < kRows; ++m) {
-    const int32_t i = row_lane + kRowLanes * m;
-    if (active && i < K) {
-      LoadColumns<kBf16>(matrix + int64_t{i} * V + col, s[m]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < kColumnVec; ++e) s[m][e] = 0.0f;
-    }
+  for (int n = 0; n < kCopiesPerThread; ++n) {
+    const int c = threadIdx.x + n * kThreads;
+    const int i = c / kGroupsPerRow, g = c % kGroupsPerRow;
+    if (group_inside(i, g)) CopyAsync<kGroupBytes>(group_shared(i, g), group_global(i, g));
   }
+  CopyAsyncCommit();
 
   // The head's q, k and per-channel gate, raw, into shared memory (each thread loads rows
-  // threadIdx.x, + kThreads, ...), and this thread's v and beta: in flight together with the
-  // state, and read from shared memory when used, so they hold no registers meanwhile.
-  constexpr int kKeyRows = kRowLanes * kRows;
+  // threadIdx.x, + kThreads, ...), and this thread's v and beta, in flight together with the
+  // state.
   constexpr int kWarps = kThreads / kWarpSize;
   __shared__ float q_s[kKeyRows], k_s[kKeyRows], a_s[kKeyRows];
   __shared__ float warp_squares[kWarps][2];
@@ -147,7 +164,9 @@ WarpStepKernel(const StepArgs args, const StepStates states) {
 
   // The call's inputs are valid (checked here for a small call, else by the check launched
   // before this kernel) and no earlier call's error waits to be reported: else the whole
-  // block changes nothing. The barrier that decides also publishes the shared arrays.
+  // block changes nothing. The barrier that decides also publishes the shared arrays, the
+  // tile included.
+  CopyAsyncWaitAll();
   bool failed;
   if constexpr (kChecksInputs) {
     const bool reports = blockIdx.x == 0 && blockIdx.y == 0;
@@ -193,30 +212,28 @@ WarpStepKernel(const StepArgs args, const StepStates states) {
 #pragma unroll
   for (int e = 0; e < kColumnVec; ++e) sum_k[e] = sum_q[e] = 0.0f;
   float q_dot_k = 0.0f, q_dot_zk = 0.0f;  // q . k and q . (z + k)
+  const int group = threadIdx.x / kRowLanes;
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
     const int32_t i = row_lane + kRowLanes * m;
+    if (i >= K) continue;  // rows past K hold no state
     const float q = q_s[i], k = k_s[i], a = a_s[i];
     q_dot_k += q * k;
-    if (layer.normalize && i < K) q_dot_zk += q * (static_cast<float>(normalizer[i]) + k);
+    if (layer.normalize) q_dot_zk += q * (static_cast<float>(normalizer[i]) + k);
+    float s[kColumnVec];
+    LoadColumns<kBf16>(group_shared(i, group), s);
 #pragma unroll
     for (int e = 0; e < kColumnVec; ++e) {
       if (layer.delta_rule) {
-        s[m][e] *= a;
-        sum_k[e] += k * s[m][e];
-        sum_q[e] += q * s[m][e];
+        s[e] *= a;
+        sum_k[e] += k * s[e];
+        sum_q[e] += q * s[e];
       } else {
-        s[m][e] = a * s[m][e] + k * v[e];
-        sum_q[e] += q * s[m][e];
+        s[e] = a * s[e] + k * v[e];
+        sum_q[e] += q * s[e];
       }
     }
-  }
-  if (!layer.delta_rule && active) {
-#pragma unroll
-    for (int m = 0; m < kRows; ++m) {
-      const int32_t i = row_lane + kRowLanes * m;
-      if (i < K) StoreColumns<kBf16>(matrix + int64_t{i} * V + col, s[m]);
-    }
+    if (!layer.delta_rule) StoreColumns<kBf16>(group_shared(i, group), s);
   }
 
   float out[kColumnVec], u[kColumnVec];
@@ -235,14 +252,35 @@ WarpStepKernel(const StepArgs args, const StepStates states) {
     if (layer.normalize) out[e] /= q_dot_zk + layer.normalize_eps;
   }
 
-  // Pass 2: the delta write, S_t = S' + k u^T.
-  if (layer.delta_rule && active) {
+  // Pass 2: the delta write, S_t = S' + k u^T (S' = a S again, bit for bit as in pass 1).
+  if (layer.delta_rule) {
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const int32_t i = row_lane + kRowLanes * m;
+      if (i >= K) continue;
+      float s[kColumnVec];
+      LoadColumns<kBf16>(group_shared(i, group), s);
 #pragma unroll
-      for (int e = 0; e < kColumnVec; ++e) s[m][e] += k_s[i] * u[e];
-      if (i < K) StoreColumns<kBf16>(matrix + int64_t{i} * V + col, s[m]);
+      for (int e = 0; e < kColumnVec; ++e) {
+        s[e] *= a_s[i];
+        s[e] += k_s[i] * u[e];
+      }
+      StoreColumns<kBf16>(group_shared(i, group), s);
+    }
+  }
+  // Every state store, whole rows per warp as the copies were.
+  __syncthreads();
+#pragma unroll
+  for (int n = 0; n < kCopiesPerThread; ++n) {
+    const int c = threadIdx.x + n * kThreads;
+    const int i = c / kGroupsPerRow, g = c % kGroupsPerRow;
+    if (!group_inside(i, g)) continue;
+    if constexpr (kBf16) {
+      *reinterpret_cast<uint2*>(group_global(i, g)) =
+          *reinterpret_cast<const uint2*>(group_shared(i, g));
+    } else {
+      *reinterpret_cast<uint4*>(group_global(i, g)) =
+          *reinterpret_cast<const uint4*>(group_shared(i, g));
     }
   }
   if (row_lane == 0 && active) {
@@ -253,23 +291,29 @@ WarpStepKernel(const StepArgs args, const StepStates states) {
   }
 }
 
-template <int kRows, bool kBf16>
+template <int kRows, bool kBf16, bool kChecksInputs>
 cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t stream) {
+  constexpr auto kernel = WarpStepKernel<kRows, kBf16, kChecksInputs>;
+  // Blocks per SM are bounded by shared memory: ask for all of it (once per kernel).
+  static const cudaError_t carveout = cudaFuncSetAttribute(
+      reinterpret_cast<const void*>(kernel), cudaFuncAttributePreferredSharedMemoryCarveout,
+      cudaSharedmemCarveoutMaxShared);
+  if (carveout != cudaSuccess) return carveout;
   const int64_t tiles = (args.layer.value_dim + kTileColumns - 1) / kTileColumns;
   const dim3 grid(static_cast<uint32_t>(tiles * args.layer.num_value_heads),
                   static_cast<uint32_t>(args.num_sessions));
-  return args.check_in_kernel
-             ? LaunchStepKernel(WarpStepKernel<kRows, kBf16, true>, grid, kThreads, args, states,
-                                stream)
-             : LaunchStepKernel(WarpStepKernel<kRows, kBf16, false>, grid, kThreads, args,
-                                states, stream);
+  return LaunchStepKernel(kernel, grid, kThreads, args, states, stream);
 }
 
 template <int kRows>
 cudaError_t LaunchForStateType(const StepArgs& args, const StepStates& states,
                                cudaStream_t stream) {
-  return args.state_bf16 ? Launch<kRows, true>(args, states, stream)
-                         : Launch<kRows, false>(args, states, stream);
+  if (args.check_in_kernel) {
+    return args.state_bf16 ? Launch<kRows, true, true>(args, states, stream)
+                           : Launch<kRows, false, true>(args, states, stream);
+  }
+  return args.state_bf16 ? Launch<kRows, true, false>(args, states, stream)
+                         : Launch<kRows, false, false>(args, states, stream);
 }
 
 }  // namespace

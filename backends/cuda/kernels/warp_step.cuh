@@ -1,7 +1,7 @@
 #pragma once
 // The decode step for the common shapes (K <= 128, V a multiple of 4): every sum over K
-// stays inside a warp, so a block runs without a barrier from its first state load to its
-// last store and keeps its whole tile in flight at once.
+// stays inside a run of lanes of one warp, so the only barriers of a block are the one after
+// its tile has arrived and the one before it is written back.
 
 #include "backends/cuda/kernels/recurrent_step.cuh"
 
