@@ -144,18 +144,6 @@ __device__ __forceinline__ float SumAcrossLaneGroups(float value) {
   });
 }
 
-// Sum of `value` over each run of kLanes consecutive lanes of the warp (lane_sums.h).
-template <int kLanes>
-__device__ __forceinline__ float SumAcrossLaneRun(float value) {
-  return LaneRunSum<kLanes, kWarpSize>(value, [](float lane_value, int mask) {
-#if defined(__HIP__)
-    return __shfl_xor(lane_value, mask, kWarpSize);
-#else
-    return __shfl_xor_sync(0xffffffffu, lane_value, mask);
-#endif
-  });
-}
-
 // Copies kBytes (4, 8 or 16) from global to shared memory without holding registers while
 // the bytes are in flight (cp.async, sm_80); CopyAsyncWaitAll waits for the calling thread's
 // copies. The portable path copies synchronously.

@@ -36,19 +36,6 @@ LUMEN_LANE_SUM_FUNCTION float LaneGroupSum(float value, ShuffleXor shuffle_xor) 
   return value;
 }
 
-// Sum of `value` over each run of kLanes consecutive lanes (the lanes that share
-// lane / kLanes): every lane of a run gets the same bits. A run never crosses a warp of 32 or
-// 64 lanes, so a data layout built on runs is the same on every warp width.
-template <int kLanes, int kWidth, typename ShuffleXor>
-LUMEN_LANE_SUM_FUNCTION float LaneRunSum(float value, ShuffleXor shuffle_xor) {
-  static_assert(kWidth == 32 || kWidth == 64, "warps and wavefronts are 32 or 64 lanes");
-  static_assert(kLanes > 1 && (kLanes & (kLanes - 1)) == 0 && kLanes <= 32,
-                "a run is a power of two of lanes inside the narrowest warp");
-  LUMEN_LANE_SUM_UNROLL
-  for (int mask = 1; mask < kLanes; mask <<= 1) value += shuffle_xor(value, mask);
-  return value;
-}
-
 }  // namespace lumen::cuda
 
 #undef LUMEN_LANE_SUM_FUNCTION

@@ -128,27 +128,6 @@ TEST_CASE("every lane of a group gets the same bits", "[lanes]") {
   }
 }
 
-TEST_CASE("lane run sums are right on 32- and 64-lane warps", "[lanes]") {
-  // Runs of 8 lanes: the warp step kernel's row lanes, which split one column group's rows.
-  std::mt19937 rng(20261202);
-  for (int width : {32, 64}) {
-    INFO("warp width " << width);
-    const std::vector<float> values = IntegerValues(width, rng);
-    std::vector<float> results(width);
-    EmulatedWarp warp(width);
-    warp.Run([&](int lane, auto shuffle_xor) {
-      results[lane] = width == 32 ? lumen::cuda::LaneRunSum<8, 32>(values[lane], shuffle_xor)
-                                  : lumen::cuda::LaneRunSum<8, 64>(values[lane], shuffle_xor);
-    });
-    for (int lane = 0; lane < width; ++lane) {
-      float expected = 0.0f;
-      for (int other = lane / 8 * 8; other < lane / 8 * 8 + 8; ++other) expected += values[other];
-      INFO("lane " << lane);
-      CHECK(results[lane] == expected);
-    }
-  }
-}
-
 TEST_CASE("a 32-lane reduction on a 64-lane wavefront misses half the lanes", "[lanes]") {
   // What the wave64 port guards against: a reduction written for 32 lanes leaves each half
   // of a 64-lane wavefront with its own partial sum. The emulation must tell the two apart.

@@ -143,7 +143,7 @@ __device__ __forceinline__ float ChunkElement(const uint32_t (&words)[4], int e,
 
 // Whether any element of `args` that this block reads lies outside its domain. The block
 // reads every tensor as one run of 16-byte chunks (thread threadIdx.x takes chunks
-// threadIdx.x, + blockDim.x, ...), several loads in flight before the first test, so a small
+// threadIdx.x, + blockDim.x, ...), eight loads in flight before the first test, so a small
 // call's inputs take a few round trips to L2. A tensor not aligned for 16-byte loads, and the
 // elements past a tensor's last whole chunk, are read element by element.
 __device__ inline bool BlockReadsOutside(const CheckedInputs& args) {
@@ -159,25 +159,40 @@ __device__ inline bool BlockReadsOutside(const CheckedInputs& args) {
     total += chunks[tensor];
     chunk_end[tensor] = total;
   }
+  // Batches of kBatch chunks per thread: every load of a batch is issued before any test.
+  constexpr int kBatch = 8;
   bool outside = false;
-#pragma unroll 8
-  for (int64_t j = threadIdx.x; j < total; j += blockDim.x) {
-    const void* data = args.tensors[0].data;
-    int32_t domain = args.tensors[0].domain;
-    int64_t start = 0;
+  for (int64_t base = threadIdx.x; base < total; base += kBatch * int64_t{blockDim.x}) {
+    uint4 raw[kBatch];
+    int32_t domains[kBatch];
 #pragma unroll
-    for (int tensor = 1; tensor < 5; ++tensor) {
-      if (j >= chunk_end[tensor - 1]) {
-        data = args.tensors[tensor].data;
-        domain = args.tensors[tensor].domain;
-        start = chunk_end[tensor - 1];
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t j = base + u * int64_t{blockDim.x};
+      domains[u] = -1;  // past the last chunk
+      if (j < total) {
+        const void* data = args.tensors[0].data;
+        int32_t domain = args.tensors[0].domain;
+        int64_t start = 0;
+#pragma unroll
+        for (int tensor = 1; tensor < 5; ++tensor) {
+          if (j >= chunk_end[tensor - 1]) {
+            data = args.tensors[tensor].data;
+            domain = args.tensors[tensor].domain;
+            start = chunk_end[tensor - 1];
+          }
+        }
+        raw[u] = static_cast<const uint4*>(data)[j - start];
+        domains[u] = domain;
       }
     }
-    const uint4 raw = static_cast<const uint4*>(data)[j - start];
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      if (e < per_chunk) outside |= !Inside(ChunkElement(words, e, dtype), domain);
+    for (int u = 0; u < kBatch; ++u) {
+      if (domains[u] < 0) continue;
+      const uint32_t words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        if (e < per_chunk) outside |= !Inside(ChunkElement(words, e, dtype), domains[u]);
+      }
     }
   }
 #pragma unroll 1

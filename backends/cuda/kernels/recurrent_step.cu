@@ -1,7 +1,6 @@
-// The block step kernel, for the shapes the warp step kernel (warp_step.cu) does not take:
-// K > 128, or V not a multiple of 4. A block owns one column tile of one value head of one
-// session: rows split across kRowGroups thread groups, columns across kColumnThreads threads
-// of kVec consecutive columns each (one 16-byte access for fp32 state). Columns of S evolve
+// The recurrent step kernel. A block owns one column tile of one value head of one session:
+// rows split across kRowGroups thread groups, columns across kColumnThreads threads of kVec
+// consecutive columns each (one 16-byte access for fp32 state). Columns of S evolve
 // independently (SPEC section 2), so tiles never talk to each other; the sums over K are
 // block reductions.
 //
@@ -13,8 +12,6 @@
 
 #include <algorithm>
 
-#include "backends/cuda/kernels/warp_step.cuh"
-
 namespace lumen::cuda {
 namespace {
 
@@ -23,9 +20,9 @@ static_assert(kBlockThreads % kMaxWarpSize == 0, "blocks of whole warps on every
 constexpr int kColumnThreads = 8;
 constexpr int kRowGroups = kBlockThreads / kColumnThreads;
 constexpr int kWarps = kBlockThreads / kWarpSize;
-// Blocks of the staged kernel (a 256-row tile) resident per SM that registers must allow:
-// each keeps its tile's copies in flight, and shared memory allows no more.
-constexpr int kStagedBlocksPerSm = 5;
+// Blocks of the staged kernel resident per SM that registers must allow (each keeps its
+// tile's copies in flight); a 256-row tile's shared memory allows fewer.
+constexpr int StagedBlocksPerSm(int rows) { return rows >= 16 ? 5 : 8; }
 static_assert(kWarpSize % kColumnThreads == 0, "a warp holds whole row groups");
 
 // Sums each of kCount values over the whole block; every thread gets the totals.
@@ -103,9 +100,11 @@ struct StateIo<1> {
 // chunk, so the tile is read once and written once. With 16-byte column groups it is copied
 // into shared memory asynchronously (kStaged): the bytes in flight are then bounded by shared
 // memory, not by registers, and the registers stay few enough for many blocks per SM. Else
-// it is held in registers.
-template <int kVec, int kRows, bool kSingleChunk>
-__global__ void __launch_bounds__(kBlockThreads, kSingleChunk && kVec == 4 ? kStagedBlocksPerSm : 1)
+// it is held in registers. kChecksInputs: the block checks the small call's inputs itself
+// (args.check_in_kernel; staged kernels only).
+template <int kVec, int kRows, bool kSingleChunk, bool kChecksInputs>
+__global__ void __launch_bounds__(kBlockThreads,
+                  kSingleChunk && kVec == 4 && !kChecksInputs ? StagedBlocksPerSm(kRows) : 1)
 RecurrentStepKernel(const StepArgs args, const StepStates states) {
   constexpr int kChunk = kRowGroups * kRows;
   constexpr int kTileColumns = kColumnThreads * kVec;
@@ -270,9 +269,17 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
 
   if (kStaged) CopyAsyncWaitAll();  // this thread's own rows of the tile have arrived
 
-  // The input check (the kernel before this one) has finished: its record can be read.
-  WaitForPrerequisiteGrids();
-  if (threadIdx.x == 0) input_failed = InputFailed(args.input_error);
+  if constexpr (kChecksInputs) {
+    // Every thread takes part; the block's verdict reaches every thread.
+    const bool reports = blockIdx.x == 0 && blockIdx.y == 0;
+    const bool failed =
+        BlockFindsInputError(args.check, args.num_sessions, reports, args.input_error);
+    if (threadIdx.x == 0) input_failed = failed;
+  } else {
+    // The input check (the kernel before this one) has finished: its record can be read.
+    WaitForPrerequisiteGrids();
+    if (threadIdx.x == 0) input_failed = InputFailed(args.input_error);
+  }
 
   // Pass 1: decay, and the additive write; partial sums over this thread's rows.
   const int32_t pass_end = kSingleChunk ? 1 : K;  // one chunk, known at compile time
@@ -462,38 +469,42 @@ cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t 
   const int64_t tiles = (args.layer.value_dim + tile_columns - 1) / tile_columns;
   const dim3 grid(static_cast<uint32_t>(tiles * args.layer.num_value_heads),
                   static_cast<uint32_t>(args.num_sessions));
-  return LaunchStepKernel(RecurrentStepKernel<kVec, kRows, kSingleChunk>, grid, kBlockThreads,
-                          args, states, stream);
+  if constexpr (kVec == 4 && kSingleChunk) {
+    if (args.check_in_kernel) {
+      return LaunchStepKernel(RecurrentStepKernel<kVec, kRows, true, true>, grid, kBlockThreads,
+                              args, states, stream);
+    }
+  }
+  return LaunchStepKernel(RecurrentStepKernel<kVec, kRows, kSingleChunk, false>, grid,
+                          kBlockThreads, args, states, stream);
 }
 
-// The dispatch switch of the block kernel: 16-byte column groups when V allows them (then
-// K > 128: the warp kernel takes the rest), the tile staged or held in registers when K fits
-// (K up to 32, 64, 128, 256), else the chunked path for any K.
+// The one dispatch switch: 16-byte column groups when V allows them, rows held in registers
+// when K fits (K up to 32, 64, 128, 256), else the chunked path for any K.
 template <int kVec>
 cudaError_t LaunchForKeyDim(const StepArgs& args, const StepStates& states,
                             cudaStream_t stream) {
   const int32_t K = args.layer.key_dim;
-  if constexpr (kVec == 1) {
-    if (K <= kRowGroups * 2) return Launch<kVec, 2, true>(args, states, stream);
-    if (K <= kRowGroups * 4) return Launch<kVec, 4, true>(args, states, stream);
-    if (K <= kRowGroups * 8) return Launch<kVec, 8, true>(args, states, stream);
-  }
+  if (K <= kRowGroups * 2) return Launch<kVec, 2, true>(args, states, stream);
+  if (K <= kRowGroups * 4) return Launch<kVec, 4, true>(args, states, stream);
+  if (K <= kRowGroups * 8) return Launch<kVec, 8, true>(args, states, stream);
   if (K <= kRowGroups * 16) return Launch<kVec, 16, true>(args, states, stream);
   return Launch<kVec, 8, false>(args, states, stream);
 }
 
 }  // namespace
 
-bool StepChecksInputsInKernel(const LayerConfig& layer) { return WarpStepTakes(layer); }
+bool StepChecksInputsInKernel(const LayerConfig& layer) {
+  return layer.value_dim % 4 == 0 && layer.key_dim <= kRowGroups * 16;  // the staged kernels
+}
 
 cudaError_t LaunchRecurrentStep(const StepArgs& args, const StepStates& states,
                                 cudaStream_t stream) {
   if (args.num_sessions == 0) return cudaSuccess;
   // Every head's slice starts 16-byte aligned when V % 4 == 0 (blocks are 64-byte aligned).
   const bool vectorised = args.layer.value_dim % 4 == 0;
-  cudaError_t error = WarpStepTakes(args.layer) ? LaunchWarpStep(args, states, stream)
-                      : vectorised              ? LaunchForKeyDim<4>(args, states, stream)
-                                                : LaunchForKeyDim<1>(args, states, stream);
+  cudaError_t error = vectorised ? LaunchForKeyDim<4>(args, states, stream)
+                                 : LaunchForKeyDim<1>(args, states, stream);
   if (error != cudaSuccess || !args.layer.normalize) return error;
   const dim3 grid(static_cast<uint32_t>(args.layer.num_value_heads),
                   static_cast<uint32_t>(args.num_sessions));
