@@ -449,18 +449,13 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
                                    cudaStream_t stream) {
   const LayerConfig& layer = layers_.at(&spec);
   const int32_t n = run.num_sessions();
-  const auto conv = conv_layers_.find(&spec);
-  const bool has_extras = conv != conv_layers_.end();
-  // A small call without a convolution pass checks its inputs in the step kernel itself.
-  const CheckedInputs checked = InputsToCheck(layer, inputs, n);
-  const bool check_in_kernel = run.check_values && !has_extras &&
-                               n <= kStepSessionsPerLaunch && StepChecksInputsInKernel(layer) &&
-                               CheckedElementCount(checked) <= kInKernelCheckElements;
-  if (run.check_values && !check_in_kernel) {
+  if (run.check_values) {
     LUMEN_CUDA_RETURN_IF_ERROR(LaunchCheckInputs(layer, inputs, n, n, nullptr, true, false,
                                                  input_error_, stream),
                                "launching the input check");
   }
+  const auto conv = conv_layers_.find(&spec);
+  const bool has_extras = conv != conv_layers_.end();
   const ExtrasPlan plan = PlanExtras(spec, run);
   const ConvOutputs prepared = ExtrasOutputs(plan, extras);
   ConvCall call;
@@ -481,8 +476,6 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
   args.out_dtype = o32 != nullptr ? kFloat32 : run.output->dtype;
   args.state_bf16 = call.state_bf16;
   args.input_error = input_error_;
-  args.check_in_kernel = check_in_kernel;
-  args.check = checked;
   SessionStates states;
   for (int32_t first = 0; first < n; first += kStepSessionsPerLaunch) {
     args.first_session = first;
@@ -497,8 +490,7 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
                                  "launching the convolution");
     }
     // Only the first launch comes right after the check (sm_90 only: see StepArgs).
-    args.follows_check =
-        dependent_launch_ && run.check_values && !check_in_kernel && !has_extras && first == 0;
+    args.follows_check = dependent_launch_ && run.check_values && !has_extras && first == 0;
     LUMEN_CUDA_RETURN_IF_ERROR(LaunchRecurrentStep(args, states.values, stream),
                                "launching the step kernel");
   }

@@ -435,7 +435,7 @@ TEST_CASE("a batched CUDA step captured in a graph replays like direct calls", "
   std::string error;
   ModelPtr model = BuildModel({layer}, &error);
   EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
-  // More sessions than one launch takes; one session, whose step checks its own inputs.
+  // More sessions than one launch takes; one session (the latency case).
   for (const int32_t n : {300, 1}) {
     INFO("n = " << n);
     std::vector<std::vector<float>> matrices, normalizers;
@@ -520,8 +520,9 @@ std::string CpuInputError(const RefLayer& layer, lumen_model* model, int32_t n,
 // and reported, quoting the CPU's message, by the next call that waits (here read_state after
 // a batched step, and a host-buffer step after a varlen prefill). The failing call and the
 // call enqueued after it change no state and no output; after the report calls run again.
-// Three shapes: a step small enough to be checked inside the step kernel, one checked by its
-// own launch, and one with V not a multiple of 4 (a step kernel that never checks itself).
+// Three shapes, one for each kind of step kernel that must hold still: a staged tile of 32
+// rows, a staged tile of 128 rows (the benchmark's shape), and V not a multiple of 4 (the
+// tile held in registers).
 TEST_CASE("input errors of device-buffer calls reach the next waiting call and change nothing",
           "[.cuda]") {
   std::mt19937 rng(TestSeed());

@@ -11,15 +11,85 @@ namespace {
 
 constexpr int kThreads = 256;
 static_assert(kThreads % kMaxWarpSize == 0, "blocks of whole warps on every target");
+constexpr float kLargest = 3.40282347e+38f;  // FLT_MAX, as in src/input_domain.h
+
+// One tensor of the call as the check reads it.
+struct CheckedTensor {
+  const void* data = nullptr;
+  int64_t count = 0;  // elements; 0 when the layer has no such input
+  int64_t heads = 0, per_head = 0;
+  int32_t domain = kDomainFinite;
+};
+
+struct CheckArgs {
+  CheckedTensor tensors[5];  // kInputQ .. kInputBeta
+  int32_t dtype = kFloat32;
+};
+
+__device__ __forceinline__ bool Inside(float value, int32_t domain) {
+  const float low = domain == kDomainUnit ? 0.0f : -kLargest;
+  const float high = domain == kDomainFinite ? kLargest : domain == kDomainLogGate ? 0.0f : 1.0f;
+  return value >= low && value <= high;  // false for NaN
+}
+
+// Makes the call's smallest candidate the record (unless an earlier error is still there) and
+// holds the sequences of a failing call. One thread, after every block's candidates are in.
+__device__ void FinishCheck(const CheckArgs& args, int32_t num_sessions, int32_t* cu_seqlens,
+                           bool hold_sequences, InputErrorRecord* record) {
+  const unsigned long long key = atomicExch(&record->candidate, kNoInputError);
+  if (record->error == kNoInputError && key != kNoInputError) {
+    const int tensor = static_cast<int>(key >> kInputIndexBits);
+    const int64_t index = static_cast<int64_t>(key & ((1ull << kInputIndexBits) - 1));
+    const CheckedTensor& t = args.tensors[tensor];
+    record->value = LoadElement(t.data, index, args.dtype);
+    record->domain = t.domain;
+    record->heads = t.heads;
+    record->per_head = t.per_head;
+    const int64_t token = index / (t.heads * t.per_head);
+    int64_t session = token, first = token;
+    if (cu_seqlens != nullptr) {
+      // The last offset at or before the token (empty sessions before it share its offset).
+      int32_t low = 0, high = num_sessions;  // cu_seqlens[low] <= token < cu_seqlens[high]
+      while (high - low > 1) {
+        const int32_t middle = (low + high) / 2;
+        if (cu_seqlens[middle] <= token) {
+          low = middle;
+        } else {
+          high = middle;
+        }
+      }
+      session = low;
+      first = cu_seqlens[low];
+    }
+    record->session = session;
+    record->session_token = token - first;
+    record->num_sessions = num_sessions;
+    record->error = key;
+  }
+  if (hold_sequences && record->error != kNoInputError) {
+    for (int32_t s = 0; s <= num_sessions; ++s) cu_seqlens[s] = 0;
+  }
+}
 
 // Each thread lowers the candidate to its first failing element; the last block to finish
 // (counted in the record) completes the record, in the same launch.
 __global__ void __launch_bounds__(kThreads)
-CheckKernel(const CheckedInputs args, int32_t num_sessions, int32_t* cu_seqlens,
+CheckKernel(const CheckArgs args, int32_t num_sessions, int32_t* cu_seqlens,
             bool hold_sequences, InputErrorRecord* record) {
   AllowDependentLaunch();  // a step kernel may load its state meanwhile; it waits to read us
   const int64_t stride = int64_t{gridDim.x} * kThreads;
-  LowerCandidate(args, blockIdx.x * int64_t{kThreads} + threadIdx.x, stride, record);
+#pragma unroll 1
+  for (int tensor = 0; tensor < 5; ++tensor) {
+    const CheckedTensor& t = args.tensors[tensor];
+    for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < t.count; i += stride) {
+      if (!Inside(LoadElement(t.data, i, args.dtype), t.domain)) {
+        atomicMin(&record->candidate,
+                  (static_cast<unsigned long long>(tensor) << kInputIndexBits) |
+                      static_cast<unsigned long long>(i));
+        break;  // later elements of this thread have larger keys
+      }
+    }
+  }
   __shared__ bool last;
   __threadfence();  // this block's candidates are visible before it counts itself done
   __syncthreads();
@@ -39,11 +109,13 @@ cudaError_t ClearInputErrorRecord(InputErrorRecord* record, cudaStream_t stream)
   return cudaMemsetAsync(&record->blocks_done, 0, sizeof(record->blocks_done), stream);
 }
 
-CheckedInputs InputsToCheck(const LayerConfig& layer, const RawInputs& inputs,
-                            int64_t num_tokens) {
+cudaError_t LaunchCheckInputs(const LayerConfig& layer, const RawInputs& inputs,
+                              int64_t num_tokens, int32_t num_sessions, int32_t* cu_seqlens,
+                              bool check_values, bool hold_sequences, InputErrorRecord* record,
+                              cudaStream_t stream) {
   const int64_t H = layer.num_heads, HV = layer.num_value_heads;
   const int64_t K = layer.key_dim, V = layer.value_dim;
-  CheckedInputs args;
+  CheckArgs args;
   args.dtype = inputs.dtype;
   args.tensors[kInputQ] = {inputs.q, num_tokens * H * K, H, K, kDomainFinite};
   args.tensors[kInputK] = {inputs.k, num_tokens * H * K, H, K, kDomainFinite};
@@ -57,20 +129,6 @@ CheckedInputs InputsToCheck(const LayerConfig& layer, const RawInputs& inputs,
     args.tensors[kInputBeta] = {inputs.beta, num_tokens * HV, HV, 1,
                                 layer.beta_sigmoid ? kDomainFinite : kDomainUnit};
   }
-  return args;
-}
-
-int64_t CheckedElementCount(const CheckedInputs& inputs) {
-  int64_t count = 0;
-  for (const CheckedTensor& t : inputs.tensors) count += t.count;
-  return count;
-}
-
-cudaError_t LaunchCheckInputs(const LayerConfig& layer, const RawInputs& inputs,
-                              int64_t num_tokens, int32_t num_sessions, int32_t* cu_seqlens,
-                              bool check_values, bool hold_sequences, InputErrorRecord* record,
-                              cudaStream_t stream) {
-  CheckedInputs args = InputsToCheck(layer, inputs, num_tokens);
   int64_t largest = 0;
   if (check_values) {
     for (const CheckedTensor& t : args.tensors) largest = std::max(largest, t.count);

@@ -100,11 +100,9 @@ struct StateIo<1> {
 // chunk, so the tile is read once and written once. With 16-byte column groups it is copied
 // into shared memory asynchronously (kStaged): the bytes in flight are then bounded by shared
 // memory, not by registers, and the registers stay few enough for many blocks per SM. Else
-// it is held in registers. kChecksInputs: the block checks the small call's inputs itself
-// (args.check_in_kernel; staged kernels only).
-template <int kVec, int kRows, bool kSingleChunk, bool kChecksInputs>
-__global__ void __launch_bounds__(kBlockThreads,
-                  kSingleChunk && kVec == 4 && !kChecksInputs ? StagedBlocksPerSm(kRows) : 1)
+// it is held in registers.
+template <int kVec, int kRows, bool kSingleChunk>
+__global__ void __launch_bounds__(kBlockThreads, kSingleChunk && kVec == 4 ? StagedBlocksPerSm(kRows) : 1)
 RecurrentStepKernel(const StepArgs args, const StepStates states) {
   constexpr int kChunk = kRowGroups * kRows;
   constexpr int kTileColumns = kColumnThreads * kVec;
@@ -269,17 +267,9 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
 
   if (kStaged) CopyAsyncWaitAll();  // this thread's own rows of the tile have arrived
 
-  if constexpr (kChecksInputs) {
-    // Every thread takes part; the block's verdict reaches every thread.
-    const bool reports = blockIdx.x == 0 && blockIdx.y == 0;
-    const bool failed =
-        BlockFindsInputError(args.check, args.num_sessions, reports, args.input_error);
-    if (threadIdx.x == 0) input_failed = failed;
-  } else {
-    // The input check (the kernel before this one) has finished: its record can be read.
-    WaitForPrerequisiteGrids();
-    if (threadIdx.x == 0) input_failed = InputFailed(args.input_error);
-  }
+  // The input check (the kernel before this one) has finished: its record can be read.
+  WaitForPrerequisiteGrids();
+  if (threadIdx.x == 0) input_failed = InputFailed(args.input_error);
 
   // Pass 1: decay, and the additive write; partial sums over this thread's rows.
   const int32_t pass_end = kSingleChunk ? 1 : K;  // one chunk, known at compile time
@@ -469,14 +459,23 @@ cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t 
   const int64_t tiles = (args.layer.value_dim + tile_columns - 1) / tile_columns;
   const dim3 grid(static_cast<uint32_t>(tiles * args.layer.num_value_heads),
                   static_cast<uint32_t>(args.num_sessions));
-  if constexpr (kVec == 4 && kSingleChunk) {
-    if (args.check_in_kernel) {
-      return LaunchStepKernel(RecurrentStepKernel<kVec, kRows, true, true>, grid, kBlockThreads,
-                              args, states, stream);
-    }
+#if LUMEN_GPU_NVIDIA_PATHS
+  if (args.follows_check) {
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(kBlockThreads);
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, RecurrentStepKernel<kVec, kRows, kSingleChunk>, args,
+                              states);
   }
-  return LaunchStepKernel(RecurrentStepKernel<kVec, kRows, kSingleChunk, false>, grid,
-                          kBlockThreads, args, states, stream);
+#endif
+  RecurrentStepKernel<kVec, kRows, kSingleChunk><<<grid, kBlockThreads, 0, stream>>>(args, states);
+  return cudaGetLastError();
 }
 
 // The one dispatch switch: 16-byte column groups when V allows them, rows held in registers
@@ -493,10 +492,6 @@ cudaError_t LaunchForKeyDim(const StepArgs& args, const StepStates& states,
 }
 
 }  // namespace
-
-bool StepChecksInputsInKernel(const LayerConfig& layer) {
-  return layer.value_dim % 4 == 0 && layer.key_dim <= kRowGroups * 16;  // the staged kernels
-}
 
 cudaError_t LaunchRecurrentStep(const StepArgs& args, const StepStates& states,
                                 cudaStream_t stream) {
