@@ -26,6 +26,9 @@ def model():
     with lumen.ModelBuilder() as builder:
         builder.add_layer(family="gated_delta_net", num_heads=H, num_value_heads=HV,
                           key_dim=K, value_dim=V, qk_l2norm=1, beta_sigmoid=1, gate_raw=1)
+        rng = np.random.default_rng(0)
+        builder.set_param(0, "a_log", np.log(rng.uniform(1, 16, HV)).astype(np.float32))
+        builder.set_param(0, "dt_bias", rng.uniform(-1, 1, HV).astype(np.float32))
         return builder.build()
 
 
