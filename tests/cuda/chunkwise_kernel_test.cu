@@ -3,11 +3,12 @@
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I. tests/cuda/chunkwise_kernel_test.cu \
 //        backends/cuda/kernels/chunkwise.cu -o chunkwise_kernel_test
-//   ./chunkwise_kernel_test [--quick] [--no-bench] [--bench-only] [--no-bench-check]
+//   ./chunkwise_kernel_test [--quick | --large-only] [--no-bench] [--bench-only] [--no-bench-check]
 //                           [--family NAME] [--seed N]
 //
-// --quick leaves out the large checks (200 sequences, T = 65536); --family benchmarks one
-// family; --no-bench-check times without checking the benchmark shape first.
+// --quick leaves out the large checks (200 sequences, T = 65536), --large-only runs only
+// them; --family benchmarks one family and runs its T = 65536 check alone; --no-bench-check
+// times without checking the benchmark shape first.
 //
 // Checks (fresh random inputs per run, the seed printed): every family at odd sizes with
 // grouped value heads and varlen batches holding empty sequences, prefills split inside a
@@ -565,16 +566,25 @@ double CopyBandwidthTbps(cudaStream_t stream) {
   return 2.0 * bytes / (ms * 1e-3) / 1e12;
 }
 
-void RunChecks(bool quick, std::mt19937_64& rng, cudaStream_t stream);
+// Which checks run: the quick ones, the large ones (200 sequences, T = 65536), or both.
+struct CheckSet {
+  bool quick = true;
+  bool large = true;
+  std::string family;  // the T = 65536 checks for this family alone (empty: every family)
+};
+
+void RunChecks(const CheckSet& set, std::mt19937_64& rng, cudaStream_t stream);
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, bench = true, checks = true, bench_check = true;
+  bool bench = true, checks = true, bench_check = true;
+  CheckSet set;
   std::string only;  // benchmark this family alone
   uint64_t seed = std::random_device{}();
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--quick")) set.large = false;
+    else if (!std::strcmp(argv[i], "--large-only")) set.quick = false;
     else if (!std::strcmp(argv[i], "--no-bench")) bench = false;
     else if (!std::strcmp(argv[i], "--bench-only")) checks = false;
     else if (!std::strcmp(argv[i], "--no-bench-check")) bench_check = false;
@@ -586,7 +596,8 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
 
-  if (checks) RunChecks(quick, rng, stream);
+  set.family = only;
+  if (checks) RunChecks(set, rng, stream);
   if (bench) {
     const double copy = CopyBandwidthTbps(stream);
     std::printf("BENCH device-to-device copy: %.2f TB/s (read + write)\n", copy);
@@ -601,7 +612,7 @@ int main(int argc, char** argv) {
 
 namespace {
 
-void RunChecks(bool quick, std::mt19937_64& rng, cudaStream_t stream) {
+void RunQuickChecks(std::mt19937_64& rng, cudaStream_t stream) {
   // Every family at odd sizes: grouped value heads, empty sequences, chunk-boundary lengths.
   const std::vector<std::pair<int, int>> dims = {{1, 1},    {19, 19},  {64, 64},  {65, 65},
                                                  {128, 128}, {130, 130}, {256, 256}, {19, 130},
@@ -624,16 +635,24 @@ void RunChecks(bool quick, std::mt19937_64& rng, cudaStream_t stream) {
   Check({FamilyNamed("kda"), 1, 1, 8, 8, {0, 0}}, rng, stream);
   // Captured in a CUDA graph and replayed.
   CheckGraphReplay({FamilyNamed("gated_delta_net"), 4, 8, 128, 128, {0, 3000, 70}}, rng, stream);
-  if (!quick) {
-    // Many sequences: the scratch window takes several rounds of sequence groups.
-    std::vector<int> many(200);
-    std::uniform_int_distribution<int> len(0, 300);
-    for (int& n : many) n = len(rng);
-    Check({FamilyNamed("gated_delta_net"), 16, 32, 128, 128, many}, rng, stream);
-    Check({FamilyNamed("linear_attn+norm"), 16, 32, 128, 128, many}, rng, stream);
-    // Long prefills: T = 65536 at HV = 32, K = V = 128, one sequence, several rounds of chunks.
-    for (const Family& f : kFamilies) Check({f, 16, 32, 128, 128, {65536}}, rng, stream);
+}
+
+void RunLargeChecks(const std::string& family, std::mt19937_64& rng, cudaStream_t stream) {
+  // Many sequences: the scratch window takes several rounds of sequence groups.
+  std::vector<int> many(200);
+  std::uniform_int_distribution<int> len(0, 300);
+  for (int& n : many) n = len(rng);
+  Check({FamilyNamed("gated_delta_net"), 16, 32, 128, 128, many}, rng, stream);
+  Check({FamilyNamed("linear_attn+norm"), 16, 32, 128, 128, many}, rng, stream);
+  // Long prefills: T = 65536 at HV = 32, K = V = 128, one sequence, several rounds of chunks.
+  for (const Family& f : kFamilies) {
+    if (family.empty() || family == f.name) Check({f, 16, 32, 128, 128, {65536}}, rng, stream);
   }
+}
+
+void RunChecks(const CheckSet& set, std::mt19937_64& rng, cudaStream_t stream) {
+  if (set.quick) RunQuickChecks(rng, stream);
+  if (set.large) RunLargeChecks(set.family, rng, stream);
 }
 
 }  // namespace

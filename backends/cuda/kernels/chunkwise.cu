@@ -1,19 +1,22 @@
-// The chunkwise form on the GPU at fp32 accuracy (no TF32 rounding), as three launches per
-// round:
+// The chunkwise form on the GPU at fp32 accuracy (no TF32 rounding), as three or four
+// launches per round:
 //
 //   1. IntraChunkKernel, one block per (sequence, chunk, value head), all chunks at once:
 //      the masked C x C score matrix P[t, s] = sum_i q_t k_s exp(b_t - b_s) (s <= t) and, for
 //      the delta rule, the UT transform of flash-linear-attention:
 //      W = (I + A)^-1 diag(beta) (K ⊙ exp(b)) and U = (I + A)^-1 diag(beta) V with
 //      A[t, s] = beta_t sum_i k_t k_s exp(b_t - b_s) (s < t), by forward substitution.
-//      For the normalizer it sums each chunk's keys.
+//      For the normalizer it sums each chunk's keys; for the split walk (3a) it also saves b_t
+//      (scalar decay) or K ⊙ exp(b_C - b) and b_C (per-channel decay).
 //   2. NormalizerPrefixKernel (normalizer only): the normalizer each chunk starts from.
-//   3. InterChunkKernel, one block per (sequence, value head, tile of value columns), walking
-//      the chunks in order with the state: U' = U - W S0 for the delta rule (V itself for
-//      additive writes), O = (Q ⊙ exp(b)) S0 + P U', S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U'.
-//      NVIDIA builds run it as InterChunkTensorKernel instead (except for the normalizer):
-//      the same walk with its products on the tensor cores in 3xTF32 (tf32x3_mma.cuh).
-//      Launches 1 and 2, and InterChunkKernel, are fp32 on the SIMT cores: the portable path.
+//   3. The inter-chunk part: U' = U - W S0 for the delta rule (V itself for additive writes),
+//      O = (Q ⊙ exp(b)) S0 + P U', S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U'.
+//      NVIDIA builds with K <= 128 and no normalizer split it as flash-linear-attention does,
+//      on the tensor cores in 3xTF32 (tf32x3_mma.cuh): 3a StateWalkTensorKernel walks the
+//      chunks in order carrying only the state (in registers) and saves each chunk's starting
+//      state and U'; 3b ChunkOutputTensorKernel computes O for every chunk at once.
+//      Elsewhere InterChunkKernel, one block per (sequence, value head, tile of value columns),
+//      walks the chunks and computes all three in fp32 on the SIMT cores: the portable path.
 //
 // b_t is the cumulative log-decay inside the chunk (token t's own decay included), per key
 // channel; every factor exp(b_t - b_s) with s <= t is <= 1. Per-channel decays cannot be
@@ -23,7 +26,8 @@
 // factors <= 1; inside a sub-chunk each term gets its own exp(b_t - b_s). No chunk is ever cut
 // short, whatever the decays.
 //
-// Scratch holds the per-chunk results of launch 1 for a bounded window of chunks; longer calls
+// Scratch holds the per-chunk results of launches 1 and 3a (P, W, U then U', the chunk's
+// starting state, the decay terms) for a bounded window of chunks; longer calls
 // run as several rounds (a window of chunks for a group of sequences each), the state carrying
 // between them in place. Rounds are plain stream-ordered launches: no host synchronisation.
 //
@@ -74,7 +78,12 @@ struct SlotLayout {
   int64_t slot_floats = 0;       // floats per slot, a multiple of 4
   int64_t scores = 0;            // [C, C] P, zero above the diagonal and past the chunk
   int64_t keys = 0;              // [C, K] W (delta rule)
-  int64_t values = 0;            // [C, V] U (delta rule)
+  int64_t values = 0;            // [C, V] U, then U' (delta rule)
+  int64_t start_state = 0;       // [K, V] the state before the chunk (split walk)
+  int64_t token_decay = 0;       // [C] b_t (split walk, scalar decay)
+  int64_t key_end = 0;           // [C, K] K ⊙ exp(b_C - b), zero past the chunk (split walk,
+                                 // per-channel decay)
+  int64_t decay_end = 0;         // [K] b_C (split walk, per-channel decay)
   int64_t normalizer = 0;        // [K] the chunk's key sum, then the normalizer it starts from
   int32_t chunks_per_round = 0;  // slots reserved per sequence
 };
@@ -363,6 +372,9 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
 
   LoadTokenScalars<kDecay, kDelta>(args, span, value_head, decay, beta, totals);
+  if (kDecay == Decay::kScalar && layout.token_decay > 0 && threadIdx.x < kChunk) {
+    slot[layout.token_decay + threadIdx.x] = decay[threadIdx.x];  // b_t for launch 3a
+  }
 
   float* q_raw = region;                          // [C, S] q
   float* k_raw = region + kIntraSlabFloats;       // [C, S] k
@@ -399,6 +411,12 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         for (int i = sub + 1; i < kSubChunks; ++i) {
           const float ri = b[(i * kSubChunk - 1) * kIntraStride + c];
           k_minus[((i - 1) * kChunk + t) * kIntraStride + c] = k_raw[t * kIntraStride + c] * __expf(ri - bt);
+        }
+        if (layout.key_end > 0 && k0 + c < key_dim) {  // K^ and b_C for launch 3a
+          const float end = b[(span.length - 1) * kIntraStride + c];
+          slot[layout.key_end + t * key_dim + k0 + c] =
+              t < span.length ? k_raw[t * kIntraStride + c] * __expf(end - bt) : 0.0f;
+          if (t == 0) slot[layout.decay_end + k0 + c] = end;
         }
       }
     }
@@ -753,38 +771,329 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
 
 // ---------------------------------------------------------------------------------------
 // Launch 3 on the tensor cores (NVIDIA only; the normalizer and portable builds keep the
-// kernel above): the same walk and the same tiles, each product a warp-level 3xTF32 mma
-// (tf32x3_mma.cuh), so fp32 accuracy at tensor-core rates. Warp w owns rows 16 w .. 16 w + 15
-// of every 64-row product (tokens of the chunk, or key channels of a slab) and all kValueTile
-// columns; the accumulators stay in the mma fragment layout throughout.
+// kernel above), split as flash-linear-attention splits it, so that the serial chain carries
+// only the state:
+//   3a. StateWalkTensorKernel, one block per (sequence, value head, tile of value columns),
+//       walking the chunks in order: U' = U - W S0 (V for additive writes) and
+//       S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U'. It saves each chunk's starting state
+//       S0 and, for the delta rule, U' (in place of U) to the chunk's slot.
+//   3b. ChunkOutputTensorKernel, one block per (sequence, chunk, value head, tile), all at
+//       once: O = (Q ⊙ exp(b)) S0 + P U' from the slot; its latency hides behind thousands
+//       of blocks.
+// Each product is a warp-level 3xTF32 mma (tf32x3_mma.cuh), so fp32 accuracy at tensor-core
+// rates. Warp w owns rows 16 w .. 16 w + 15 of every 64-row product (tokens of the chunk, or
+// key channels of a slab) and all kValueTile columns; the accumulators stay in the mma
+// fragment layout.
 
 #if LUMEN_GPU_NVIDIA_PATHS
 constexpr int kTensorWarps = kInterThreads / kWarpSize;
 constexpr int kTensorBlocksPerSm = 4;  // 4 x 128 threads: 128 registers each, one wave of
                                        // B = 4, HV = 32, four value tiles on 132 SMs
 constexpr int kTensorValueTiles = kValueTile / 8;  // 8-column mma tiles per value tile
+// Launch 3a holds the state tile in registers: keys up to kRegisterWalkSlabs slabs. Larger
+// keys take the SIMT walk.
+constexpr int kRegisterWalkSlabs = 2;
+constexpr int kRegisterWalkMaxKeys = kRegisterWalkSlabs * kInterSlab;
 // Row strides of the shared tiles, chosen so that fragment loads hit 32 distinct banks:
 // A operands read along rows need stride = 4 (mod 32), B operands and A operands read down
 // columns need stride = 8 (mod 32).
 constexpr int kRowStrideA = kInterSlab + 4;         // [64, slab] q_hat, w; [C, C] p
 constexpr int kRowStrideB = kValueTile + 8;         // [slab, tile] S0; [C, tile] U'
 constexpr int kRowStrideColumnA = kInterSlab + 8;   // [C, slab] k_end, read transposed
-constexpr int kTensorRegionFloats =
-    std::max(2 * kChunk * kRowStrideA + kInterSlab * kRowStrideB,
-             kChunk * kRowStrideB + std::max(kChunk * kRowStrideA, kChunk * kRowStrideColumnA));
+// Shared memory of 3a (S0, then U' in its place; a slab of W or K^) and 3b (q_hat with S0,
+// then P with U').
+constexpr int kWalkSlabFloats = kChunk * std::max(kRowStrideA, kRowStrideColumnA);
+constexpr int kWalkSharedFloats = kRegisterWalkMaxKeys * kRowStrideB + kWalkSlabFloats;
+constexpr int kOutputRegionFloats =
+    std::max(kChunk * kRowStrideA + kInterSlab * kRowStrideB,
+             kChunk * kRowStrideB + kChunk * kRowStrideA);
 static_assert(kTensorWarps * 16 == kChunk && kInterSlab == kChunk, "one 16-row strip per warp");
-static_assert(kTensorRegionFloats * 4 <= 227 * 1024 / kTensorBlocksPerSm - 2048,
+static_assert(kRegisterWalkMaxKeys >= kChunk, "U' fits in the place of S0");
+static_assert(std::max(kWalkSharedFloats, kOutputRegionFloats) * 4 <=
+                  227 * 1024 / kTensorBlocksPerSm - 2048,
               "shared memory for kTensorBlocksPerSm blocks");
+
+// Starts copying a kRows x kColumns tile from global memory (`source`, row stride
+// `source_row` floats) to shared memory (`target`, row stride `target_row`, 16-byte aligned
+// rows); entries at or past `rows` or `columns` become zero. The caller waits
+// (CopyAsyncWaitAll); each thread may then read the entries it copied itself, and the others
+// after a barrier. `quads` (QuadAligned): every row of the source starts 16-byte aligned and
+// `columns` is a multiple of 4, so 16-byte copies; else 4-byte ones.
+template <int kRows, int kColumns>
+__device__ __forceinline__ void StageTile(const float* source, int64_t source_row, int rows,
+                                          int columns, float* target, int target_row,
+                                          bool quads) {
+  static_assert(kColumns % 4 == 0 && kRows * kColumns % (4 * kInterThreads) == 0, "layout");
+  if (quads) {
+    constexpr int kPerThread = kRows * kColumns / 4 / kInterThreads;
+#pragma unroll 2
+    for (int i = 0; i < kPerThread; ++i) {
+      const int e = threadIdx.x + i * kInterThreads;
+      const int r = e / (kColumns / 4);
+      const int c = 4 * (e % (kColumns / 4));
+      float* to = target + r * target_row + c;
+      if (r < rows && c < columns) {
+        CopyAsync<16>(to, source + r * source_row + c);
+      } else {
+        *reinterpret_cast<float4*>(to) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  } else {
+    constexpr int kPerThread = kRows * kColumns / kInterThreads;
+#pragma unroll 4
+    for (int i = 0; i < kPerThread; ++i) {
+      const int e = threadIdx.x + i * kInterThreads;
+      const int r = e / kColumns;
+      const int c = e % kColumns;
+      float* to = target + r * target_row + c;
+      if (r < rows && c < columns) {
+        CopyAsync<4>(to, source + r * source_row + c);
+      } else {
+        *to = 0.0f;
+      }
+    }
+  }
+}
+
+// Calls scale(t, c, value) -> value on each entry of a kRows x kColumns shared tile that this
+// thread copied with StageTile (same `quads`), in place.
+template <int kRows, int kColumns, typename Scale>
+__device__ __forceinline__ void ScaleStagedTile(float* target, int target_row, bool quads,
+                                                Scale scale) {
+  if (quads) {
+    constexpr int kPerThread = kRows * kColumns / 4 / kInterThreads;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int e = threadIdx.x + i * kInterThreads;
+      const int r = e / (kColumns / 4);
+      const int c = 4 * (e % (kColumns / 4));
+      float4& quad = *reinterpret_cast<float4*>(target + r * target_row + c);
+      float4 value = quad;
+      value.x = scale(r, c, value.x);
+      value.y = scale(r, c + 1, value.y);
+      value.z = scale(r, c + 2, value.z);
+      value.w = scale(r, c + 3, value.w);
+      quad = value;
+    }
+  } else {
+    constexpr int kPerThread = kRows * kColumns / kInterThreads;
+#pragma unroll 4
+    for (int i = 0; i < kPerThread; ++i) {
+      const int e = threadIdx.x + i * kInterThreads;
+      const int r = e / kColumns;
+      const int c = e % kColumns;
+      float& entry = target[r * target_row + c];
+      entry = scale(r, c, entry);
+    }
+  }
+}
+
+// Whether StageTile may copy quads: rows of `row` floats from `base` stay 16-byte aligned and
+// each row's `columns` come in whole quads (none reaches past them).
+__device__ __forceinline__ bool QuadAligned(const float* base, int64_t row, int32_t columns) {
+  return reinterpret_cast<uintptr_t>(base) % 16 == 0 && row % 4 == 0 && columns % 4 == 0;
+}
 
 template <Decay kDecay, bool kDelta>
 __global__ void __launch_bounds__(kInterThreads, kTensorBlocksPerSm)
-InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
-                       float* scratch) {
-  __shared__ __align__(16) float region[kTensorRegionFloats];
+StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
+                      float* scratch) {
+  __shared__ __align__(16) float s_shared[kRegisterWalkMaxKeys * kRowStrideB];  // S0, then U'
+  __shared__ __align__(16) float slab[kWalkSlabFloats];  // a slab of W or of K^
+  float* u = s_shared;  // [C, tile] U', once W S0 is done
+  __shared__ float token_factor[kChunk];              // exp(b_C - b_t), scalar decay
+  __shared__ float key_factor[kRegisterWalkMaxKeys];  // exp(b_C) per key, per-channel decay
+
+  const int32_t key_dim = args.key_dim;
+  const int32_t value_dim = args.value_dim;
+  const int32_t num_value_heads = args.num_value_heads;
+  const int32_t value_tiles = (value_dim + kValueTile - 1) / kValueTile;
+  const int32_t tile = blockIdx.x % value_tiles;
+  const int32_t value_head = (blockIdx.x / value_tiles) % num_value_heads;
+  const int32_t local_sequence = blockIdx.x / value_tiles / num_value_heads;
+  const int32_t sequence = round.first_sequence + local_sequence;
+  if (sequence >= args.num_sequences) return;
+  const int32_t v0 = tile * kValueTile;
+  const int32_t head = value_head / (num_value_heads / args.num_heads);
+  const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
+  const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
+  const int key_slabs = (key_dim + kInterSlab - 1) / kInterSlab;
+  const bool key_quads = QuadAligned(scratch, key_dim, key_dim);  // slot rows of W and K^
+  const bool input_quads = QuadAligned(args.k + head * key_dim, qk_row, key_dim);
+
+  // This thread's entries: rows row0 + g (+ 8) of each 64-row product (tokens, or the keys
+  // of slab m), columns 8 n + 2 j (+ 1) of the value tile.
+  const int row0 = 16 * (threadIdx.x / kWarpSize);
+  const int g = threadIdx.x % kWarpSize / 4;
+  const int j = threadIdx.x % 4;
+  auto row_of = [&](int e) { return row0 + g + 8 * (e / 2); };
+  auto column_of = [&](int n, int e) { return 8 * n + 2 * j + e % 2; };
+
+  // The state tile in registers, in the accumulator layout of K^T U'.
+  float* state = args.states[sequence] + static_cast<int64_t>(value_head) * key_dim * value_dim;
+  float s[kRegisterWalkSlabs][kTensorValueTiles][4];
+#pragma unroll
+  for (int m = 0; m < kRegisterWalkSlabs; ++m) {
+#pragma unroll
+    for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int32_t key = kInterSlab * m + row_of(e);
+        const int32_t col = v0 + column_of(n, e);
+        s[m][n][e] = key < key_dim && col < value_dim
+                         ? state[static_cast<int64_t>(key) * value_dim + col] : 0.0f;
+      }
+    }
+  }
+
+  bool walked = false;
+  for (int32_t local_chunk = 0; local_chunk < layout.chunks_per_round; ++local_chunk) {
+    ChunkSpan span;
+    if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) break;
+    walked = true;
+    const int32_t length = span.length;
+    const int depth = (length + 7) / 8 * 8;  // token steps of the products over t
+    float* slot = SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
+    const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+
+    // This chunk's U (or V) entries, loaded now so that their latency hides behind W S0.
+    const float* u_in = kDelta ? slot + layout.values
+                               : args.v + static_cast<int64_t>(span.start) * v_row +
+                                     value_head * value_dim;
+    const int64_t u_row = kDelta ? value_dim : v_row;
+    float u_values[kTensorValueTiles][4];
+#pragma unroll
+    for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = row_of(e);
+        const int32_t col = v0 + column_of(n, e);
+        u_values[n][e] = t < length && col < value_dim ? u_in[t * u_row + col] : 0.0f;
+      }
+    }
+    float chunk_factor = 1.0f;  // exp(b_C), scalar decay
+    if (kDecay == Decay::kScalar) {
+      const float* b = slot + layout.token_decay;
+      const float end = b[length - 1];
+      chunk_factor = __expf(end);
+      if (threadIdx.x < kChunk) {
+        const int t = threadIdx.x;
+        token_factor[t] = t < length ? __expf(end - b[t]) : 0.0f;
+      }
+    }
+    if (kDecay == Decay::kPerChannel) {
+      for (int32_t key = threadIdx.x; key < key_slabs * kInterSlab; key += kInterThreads) {
+        key_factor[key] = key < key_dim ? __expf(slot[layout.decay_end + key]) : 0.0f;
+      }
+    }
+
+    // S0 to the slot (for launch 3b) and, for W S0, to shared memory.
+#pragma unroll
+    for (int m = 0; m < kRegisterWalkSlabs; ++m) {
+#pragma unroll
+      for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int32_t key = kInterSlab * m + row_of(e);
+          const int32_t col = v0 + column_of(n, e);
+          if (key < key_dim && col < value_dim) {
+            slot[layout.start_state + static_cast<int64_t>(key) * value_dim + col] = s[m][n][e];
+          }
+          if (kDelta) s_shared[key * kRowStrideB + column_of(n, e)] = s[m][n][e];
+        }
+      }
+    }
+
+    // X = W S0 (delta rule), a slab of keys at a time.
+    float x[kTensorValueTiles][4] = {};
+    if (kDelta) {
+      for (int m = 0; m < key_slabs; ++m) {
+        const int32_t k0 = kInterSlab * m;
+        StageTile<kChunk, kInterSlab>(slot + layout.keys + k0, key_dim, kChunk, key_dim - k0,
+                                      slab, kRowStrideA, key_quads);
+        CopyAsyncWaitAll();
+        __syncthreads();
+        WarpProductTf32x3<kTensorValueTiles, false>(x, x, slab + row0 * kRowStrideA, nullptr,
+                                                    kRowStrideA, 1, s_shared + k0 * kRowStrideB,
+                                                    kRowStrideB, kInterSlab);
+        __syncthreads();
+      }
+    }
+
+    // U' (V for additive writes; U - W S0 for the delta rule, saved in place of U).
+#pragma unroll
+    for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = row_of(e);
+        const int32_t col = v0 + column_of(n, e);
+        const float value = u_values[n][e] - x[n][e];
+        if (kDelta && t < length && col < value_dim) slot[layout.values + t * value_dim + col] = value;
+        u[t * kRowStrideB + column_of(n, e)] = t < length && col < value_dim ? value : 0.0f;
+      }
+    }
+
+    // S = exp(b_C) ⊙ S0 + K^T U' with K^ = K ⊙ exp(b_C - b), a slab of keys at a time.
+#pragma unroll
+    for (int m = 0; m < kRegisterWalkSlabs; ++m) {
+      if (m >= key_slabs) break;
+      const int32_t k0 = kInterSlab * m;
+      if (kDecay == Decay::kPerChannel) {  // K^ from launch 1
+        StageTile<kChunk, kInterSlab>(slot + layout.key_end + k0, key_dim, kChunk,
+                                      key_dim - k0, slab, kRowStrideColumnA, key_quads);
+        CopyAsyncWaitAll();
+      } else {
+        StageTile<kChunk, kInterSlab>(k + k0, qk_row, length, key_dim - k0, slab,
+                                      kRowStrideColumnA, input_quads);
+        CopyAsyncWaitAll();
+        if (kDecay == Decay::kScalar) {
+          __syncthreads();  // token_factor
+          ScaleStagedTile<kChunk, kInterSlab>(
+              slab, kRowStrideColumnA, input_quads,
+              [&](int t, int, float value) { return value * token_factor[t]; });
+        }
+      }
+      __syncthreads();
+      float acc[kTensorValueTiles][4] = {};
+      WarpProductTf32x3<kTensorValueTiles, false>(acc, acc, slab + row0, nullptr, 1,
+                                                  kRowStrideColumnA, u, kRowStrideB, depth);
+#pragma unroll
+      for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float factor = 1.0f;
+          if (kDecay == Decay::kScalar) factor = chunk_factor;
+          if (kDecay == Decay::kPerChannel) factor = key_factor[k0 + row_of(e)];
+          s[m][n][e] = fmaf(factor, s[m][n][e], acc[n][e]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+  if (!walked) return;
+#pragma unroll
+  for (int m = 0; m < kRegisterWalkSlabs; ++m) {
+#pragma unroll
+    for (int n = 0; n < kTensorValueTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int32_t key = kInterSlab * m + row_of(e);
+        const int32_t col = v0 + column_of(n, e);
+        if (key < key_dim && col < value_dim) {
+          state[static_cast<int64_t>(key) * value_dim + col] = s[m][n][e];
+        }
+      }
+    }
+  }
+}
+
+template <Decay kDecay, bool kDelta>
+__global__ void __launch_bounds__(kInterThreads, kTensorBlocksPerSm)
+ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
+                        const float* scratch) {
+  __shared__ __align__(16) float region[kOutputRegionFloats];
   __shared__ float decay[kChunk];          // b_t, scalar decay
   __shared__ float decay_up[kChunk];       // exp(b_t), scalar decay
-  __shared__ float decay_down[kChunk];     // exp(b_C - b_t), scalar decay
-  __shared__ float decay_end[kInterSlab];  // b_C per channel of the slab
   __shared__ float totals[kInterThreads];
 
   const int32_t key_dim = args.key_dim;
@@ -794,196 +1103,96 @@ InterChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
   const int32_t tile = blockIdx.x % value_tiles;
   const int32_t value_head = (blockIdx.x / value_tiles) % num_value_heads;
   const int32_t local_sequence = blockIdx.x / value_tiles / num_value_heads;
+  const int32_t local_chunk = blockIdx.y;
+  ChunkSpan span;
+  if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) return;
   const int32_t v0 = tile * kValueTile;
   const int32_t head = value_head / (num_value_heads / args.num_heads);
   const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
   const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
+  const int32_t length = span.length;
+  const int depth = (length + 7) / 8 * 8;
+  const float* slot =
+      SlotOf(layout, const_cast<float*>(scratch), num_value_heads, local_sequence, local_chunk,
+             value_head);
+  const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+  const bool state_quads = QuadAligned(scratch, value_dim, value_dim);
+  const bool input_quads = QuadAligned(args.q + head * key_dim, qk_row, key_dim);
 
-  // This thread's accumulator entries: rows row0 + g (+ 8), columns 8 n + 2 j (+ 1).
   const int row0 = 16 * (threadIdx.x / kWarpSize);
   const int g = threadIdx.x % kWarpSize / 4;
   const int j = threadIdx.x % 4;
 
-  float* q_hat = region;                                 // [C, slab] q ⊙ exp(b)
-  float* w = region + kChunk * kRowStrideA;              // [C, slab] W
-  float* s_slab = region + 2 * kChunk * kRowStrideA;     // [slab, tile] S0
-  float* u = region;                                     // [C, tile] U'
-  float* p = region + kChunk * kRowStrideB;              // [C, C] P
-  float* k_end = region + kChunk * kRowStrideB;          // [C, slab] k ⊙ exp(b_C - b)
+  float* q_hat = region;                            // [C, slab] q ⊙ exp(b)
+  float* s_slab = region + kChunk * kRowStrideA;    // [slab, tile] S0
+  float* u = region;                                // [C, tile] U'
+  float* p = region + kChunk * kRowStrideB;         // [C, C] P
 
-  for (int32_t local_chunk = 0; local_chunk < layout.chunks_per_round; ++local_chunk) {
-    ChunkSpan span;
-    if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) break;
-    const int32_t length = span.length;
-    const int depth = (length + 7) / 8 * 8;  // token steps of the products over t
-    const float* slot =
-        SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
-    float* state =
-        args.states[span.sequence] + static_cast<int64_t>(value_head) * key_dim * value_dim;
-    const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
-    const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
-    LoadTokenScalars<kDecay, false>(args, span, value_head, decay, nullptr, totals);
-    if (kDecay == Decay::kScalar) {
-      if (threadIdx.x < kChunk) {
-        const int t = threadIdx.x;
-        decay_up[t] = __expf(decay[t]);
-        decay_down[t] = t < length ? __expf(decay[length - 1] - decay[t]) : 0.0f;
-      }
-      __syncthreads();
+  LoadTokenScalars<kDecay, false>(args, span, value_head, decay, nullptr, totals);
+  if (kDecay == Decay::kScalar) {
+    if (threadIdx.x < kChunk) decay_up[threadIdx.x] = __expf(decay[threadIdx.x]);
+    __syncthreads();
+  }
+
+  // O = (Q ⊙ exp(b)) S0.
+  float out[kTensorValueTiles][4] = {};
+  for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
+    if (kDecay == Decay::kPerChannel) {
+      LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, q_hat,
+                                                     kRowStrideA, totals);
     }
-
-    // O = (Q ⊙ exp(b)) S0 and, for the delta rule, X = W S0.
-    float out[kTensorValueTiles][4] = {};
-    float x[kTensorValueTiles][4] = {};
-    for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
-      if (kDecay == Decay::kPerChannel) {
-        LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, q_hat,
-                                                       kRowStrideA, totals);
-      }
-#pragma unroll 1
-      for (int half = 0; half < 2; ++half) {
-        constexpr int kCount = kSlabPerThread / 2;
-        float q_values[kCount], s_values[kStatePerThread / 2];
-#pragma unroll
-        for (int i = 0; i < kCount; ++i) {
-          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
-          const int t = e / kInterSlab;
-          const int c = e % kInterSlab;
-          const bool column = k0 + c < key_dim;
-          q_values[i] = t < length && column ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
-          if (kDelta) {  // W straight to shared memory
-            if (column) {
-              CopyAsync<4>(&w[t * kRowStrideA + c], slot + layout.keys + t * key_dim + k0 + c);
-            } else {
-              w[t * kRowStrideA + c] = 0.0f;
-            }
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < kStatePerThread / 2; ++i) {
-          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
-          const int r = e / kValueTile;
-          const int c = e % kValueTile;
-          const bool inside = k0 + r < key_dim && v0 + c < value_dim;
-          s_values[i] = inside ? state[static_cast<int64_t>(k0 + r) * value_dim + v0 + c] : 0.0f;
-        }
-#pragma unroll
-        for (int i = 0; i < kCount; ++i) {
-          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
-          const int t = e / kInterSlab;
-          const int c = e % kInterSlab;
-          float value = q_values[i];
-          if (kDecay == Decay::kScalar) value *= decay_up[t];
-          if (kDecay == Decay::kPerChannel) value *= __expf(q_hat[t * kRowStrideA + c]);
-          q_hat[t * kRowStrideA + c] = value;
-        }
-#pragma unroll
-        for (int i = 0; i < kStatePerThread / 2; ++i) {
-          const int e = threadIdx.x + (half * kStatePerThread / 2 + i) * kInterThreads;
-          s_slab[(e / kValueTile) * kRowStrideB + e % kValueTile] = s_values[i];
-        }
-      }
+    StageTile<kInterSlab, kValueTile>(
+        slot + layout.start_state + static_cast<int64_t>(k0) * value_dim + v0, value_dim,
+        key_dim - k0, value_dim - v0, s_slab, kRowStrideB, state_quads);
+    if (kDecay == Decay::kPerChannel) {  // q_hat holds b_t: scale as the values arrive
+      ForEachInTile<kInterSlab, kInterThreads>(
+          [&](int t, int c) {
+            return t < length && k0 + c < key_dim ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
+          },
+          [&](int t, int c, float value) {
+            q_hat[t * kRowStrideA + c] = value * __expf(q_hat[t * kRowStrideA + c]);
+          });
       CopyAsyncWaitAll();
-      __syncthreads();
-      WarpProductTf32x3<kTensorValueTiles, kDelta>(out, x, q_hat + row0 * kRowStrideA,
-                                                   w + row0 * kRowStrideA, kRowStrideA, 1,
-                                                   s_slab, kRowStrideB, kInterSlab);
-      __syncthreads();
-    }
-
-    // U' (V for additive writes, U - W S0 for the delta rule) in place of the slabs, P
-    // beside it, then O += P U'.
-#pragma unroll
-    for (int i = 0; i < kScoresPerThread / 4; ++i) {
-      const int e = 4 * (threadIdx.x + i * kInterThreads);
-      CopyAsync<16>(&p[(e / kChunk) * kRowStrideA + e % kChunk], slot + layout.scores + e);
-    }
-    const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
-#pragma unroll
-    for (int n = 0; n < kTensorValueTiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int t = row0 + g + 8 * (e / 2);
-        const int column = 8 * n + 2 * j + e % 2;
-        const int32_t col = v0 + column;
-        float value = 0.0f;
-        if (t < length && col < value_dim) {
-          value = kDelta ? slot[layout.values + t * value_dim + col] - x[n][e]
-                         : v[t * v_row + col];
-        }
-        u[t * kRowStrideB + column] = value;
-      }
-    }
-    CopyAsyncWaitAll();
-    __syncthreads();
-    WarpProductTf32x3<kTensorValueTiles, false>(out, out, p + row0 * kRowStrideA, nullptr,
-                                                kRowStrideA, 1, u, kRowStrideB, depth);
-    float* o = args.o + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
-#pragma unroll
-    for (int n = 0; n < kTensorValueTiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int t = row0 + g + 8 * (e / 2);
-        const int32_t col = v0 + 8 * n + 2 * j + e % 2;
-        if (t < length && col < value_dim) o[t * v_row + col] = out[n][e];
+    } else {
+      StageTile<kChunk, kInterSlab>(q + k0, qk_row, length, key_dim - k0, q_hat, kRowStrideA,
+                                    input_quads);
+      CopyAsyncWaitAll();
+      if (kDecay == Decay::kScalar) {
+        ScaleStagedTile<kChunk, kInterSlab>(
+            q_hat, kRowStrideA, input_quads,
+            [&](int t, int, float value) { return value * decay_up[t]; });
       }
     }
     __syncthreads();
+    WarpProductTf32x3<kTensorValueTiles, false>(out, out, q_hat + row0 * kRowStrideA, nullptr,
+                                                kRowStrideA, 1, s_slab, kRowStrideB, kInterSlab);
+    __syncthreads();
+  }
 
-    // S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U', a slab of key rows at a time.
-    for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
-      if (kDecay == Decay::kPerChannel) {
-        LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, k_end,
-                                                       kRowStrideColumnA, totals);
-        if (threadIdx.x < kInterSlab) {
-          decay_end[threadIdx.x] = k_end[(length - 1) * kRowStrideColumnA + threadIdx.x];
-        }
-        __syncthreads();
-      }
-#pragma unroll 1
-      for (int half = 0; half < 2; ++half) {
-        constexpr int kCount = kSlabPerThread / 2;
-        float k_values[kCount];
+  // O += P U'.
 #pragma unroll
-        for (int i = 0; i < kCount; ++i) {
-          const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
-          const int t = e / kInterSlab;
-          const int c = e % kInterSlab;
-          k_values[i] = t < length && k0 + c < key_dim ? __ldg(k + t * qk_row + k0 + c) : 0.0f;
-        }
+  for (int i = 0; i < kScoresPerThread / 4; ++i) {
+    const int e = 4 * (threadIdx.x + i * kInterThreads);
+    CopyAsync<16>(&p[(e / kChunk) * kRowStrideA + e % kChunk], slot + layout.scores + e);
+  }
+  const float* v = kDelta ? slot + layout.values
+                          : args.v + static_cast<int64_t>(span.start) * v_row +
+                                value_head * value_dim;
+  const int64_t u_row = kDelta ? value_dim : v_row;
+  StageTile<kChunk, kValueTile>(v + v0, u_row, length, value_dim - v0, u, kRowStrideB,
+                                QuadAligned(v, u_row, value_dim));
+  CopyAsyncWaitAll();
+  __syncthreads();
+  WarpProductTf32x3<kTensorValueTiles, false>(out, out, p + row0 * kRowStrideA, nullptr,
+                                              kRowStrideA, 1, u, kRowStrideB, depth);
+  float* o = args.o + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
 #pragma unroll
-        for (int i = 0; i < kCount; ++i) {
-        const int e = threadIdx.x + (half * kCount + i) * kInterThreads;
-        const int t = e / kInterSlab;
-        const int c = e % kInterSlab;
-        float value = k_values[i];
-        if (kDecay == Decay::kScalar) value *= decay_down[t];
-        if (kDecay == Decay::kPerChannel) {
-          value *= __expf(decay_end[c] - k_end[t * kRowStrideColumnA + c]);
-        }
-        k_end[t * kRowStrideColumnA + c] = value;
-        }
-      }
-      __syncthreads();
-      float acc[kTensorValueTiles][4] = {};
-      WarpProductTf32x3<kTensorValueTiles, false>(acc, acc, k_end + row0, nullptr, 1,
-                                                  kRowStrideColumnA, u, kRowStrideB, depth);
+  for (int n = 0; n < kTensorValueTiles; ++n) {
 #pragma unroll
-      for (int n = 0; n < kTensorValueTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = row0 + g + 8 * (e / 2);
-          const int32_t key = k0 + row;
-          const int32_t col = v0 + 8 * n + 2 * j + e % 2;
-          if (key >= key_dim || col >= value_dim) continue;
-          float factor = 1.0f;
-          if (kDecay == Decay::kScalar) factor = decay_up[length - 1];
-          if (kDecay == Decay::kPerChannel) factor = __expf(decay_end[row]);
-          float& entry = state[static_cast<int64_t>(key) * value_dim + col];
-          entry = fmaf(factor, entry, acc[n][e]);
-        }
-      }
-      __syncthreads();
+    for (int e = 0; e < 4; ++e) {
+      const int t = row0 + g + 8 * (e / 2);
+      const int32_t col = v0 + 8 * n + 2 * j + e % 2;
+      if (t < length && col < value_dim) o[t * v_row + col] = out[n][e];
     }
   }
 }
@@ -1010,6 +1219,15 @@ bool ArgsValid(const ChunkwiseArgs& args) {
   return true;
 }
 
+// Whether launch 3 runs split (3a and 3b, the tensor-core kernels) rather than as one walk.
+bool UsesSplitWalk(const ChunkwiseArgs& args) {
+#if LUMEN_GPU_NVIDIA_PATHS
+  return !args.normalize && args.key_dim <= kRegisterWalkMaxKeys;
+#else
+  return false;
+#endif
+}
+
 Plan MakePlan(const ChunkwiseArgs& args) {
   Plan plan;
   SlotLayout& layout = plan.layout;
@@ -1019,6 +1237,20 @@ Plan MakePlan(const ChunkwiseArgs& args) {
     offset += int64_t{kChunk} * args.key_dim;
     layout.values = offset;
     offset += int64_t{kChunk} * args.value_dim;
+  }
+  if (UsesSplitWalk(args)) {
+    layout.start_state = offset;
+    offset += int64_t{args.key_dim} * args.value_dim;
+    if (args.decay == Decay::kScalar) {
+      layout.token_decay = offset;
+      offset += kChunk;
+    }
+    if (args.decay == Decay::kPerChannel) {
+      layout.key_end = offset;
+      offset += int64_t{kChunk} * args.key_dim;
+      layout.decay_end = offset;
+      offset += (args.key_dim + 3) / 4 * 4;
+    }
   }
   if (args.normalize) {
     layout.normalizer = offset;
@@ -1046,32 +1278,38 @@ int64_t ScratchBytes(const Plan& plan, const ChunkwiseArgs& args) {
          args.num_value_heads * plan.layout.slot_floats * 4;
 }
 
-// Launch 3's kernel: the tensor-core one where the build has it, except for the normalizer.
-template <Decay kDecay, bool kDelta, bool kNormalize>
-constexpr auto InterChunkKernelFor() {
-#if LUMEN_GPU_NVIDIA_PATHS
-  if constexpr (!kNormalize) {
-    return InterChunkTensorKernel<kDecay, kDelta>;
-  } else {
-    return InterChunkKernel<kDecay, kDelta, kNormalize>;
-  }
-#else
-  return InterChunkKernel<kDecay, kDelta, kNormalize>;
-#endif
+// Asks once per kernel for the largest shared-memory carveout: every kernel here is limited
+// by shared memory per multiprocessor. A preference only (a device that did not get it runs
+// the same code with fewer blocks per multiprocessor), so the first device's answer stands.
+template <auto kKernel>
+cudaError_t PreferSharedMemory() {
+  static const cudaError_t status =
+      cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel),
+                           cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
+  return status;
 }
 
 template <Decay kDecay, bool kDelta, bool kNormalize>
 cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scratch,
                          cudaStream_t stream) {
   const SlotLayout& layout = plan.layout;
-  constexpr auto inter_kernel = InterChunkKernelFor<kDecay, kDelta, kNormalize>();
-  // Both kernels are limited by shared memory per multiprocessor: ask for all of it.
-  for (const void* kernel : {reinterpret_cast<const void*>(IntraChunkKernel<kDecay, kDelta, kNormalize>),
-                             reinterpret_cast<const void*>(inter_kernel)}) {
-    const cudaError_t status = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (status != cudaSuccess) return status;
+  const bool split = UsesSplitWalk(args);
+  cudaError_t status = PreferSharedMemory<IntraChunkKernel<kDecay, kDelta, kNormalize>>();
+#if LUMEN_GPU_NVIDIA_PATHS
+  if constexpr (!kNormalize) {
+    if (split && status == cudaSuccess) {
+      status = PreferSharedMemory<StateWalkTensorKernel<kDecay, kDelta>>();
+    }
+    if (split && status == cudaSuccess) {
+      status = PreferSharedMemory<ChunkOutputTensorKernel<kDecay, kDelta>>();
+    }
   }
+#endif
+  if (!split && status == cudaSuccess) {
+    status = PreferSharedMemory<InterChunkKernel<kDecay, kDelta, kNormalize>>();
+  }
+  if (status != cudaSuccess) return status;
   const int32_t value_tiles = (args.value_dim + kValueTile - 1) / kValueTile;
   for (int32_t first_sequence = 0; first_sequence < args.num_sequences;
        first_sequence += plan.sequences_per_round) {
@@ -1088,9 +1326,24 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
         NormalizerPrefixKernel<<<sequences * args.num_value_heads, 128, 0, stream>>>(
             args, layout, round, scratch);
       }
-      inter_kernel<<<sequences * args.num_value_heads * value_tiles, kInterThreads, 0, stream>>>(
-              args, layout, round, scratch);
-      const cudaError_t status = cudaGetLastError();
+      const int32_t walks = sequences * args.num_value_heads * value_tiles;
+      bool launched = false;
+#if LUMEN_GPU_NVIDIA_PATHS
+      if constexpr (!kNormalize) {
+        if (split) {
+          StateWalkTensorKernel<kDecay, kDelta>
+              <<<walks, kInterThreads, 0, stream>>>(args, layout, round, scratch);
+          ChunkOutputTensorKernel<kDecay, kDelta>
+              <<<dim3(walks, chunks), kInterThreads, 0, stream>>>(args, layout, round, scratch);
+          launched = true;
+        }
+      }
+#endif
+      if (!launched) {
+        InterChunkKernel<kDecay, kDelta, kNormalize>
+            <<<walks, kInterThreads, 0, stream>>>(args, layout, round, scratch);
+      }
+      status = cudaGetLastError();
       if (status != cudaSuccess) return status;
     }
   }
