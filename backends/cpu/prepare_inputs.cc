@@ -1,6 +1,7 @@
 #include "backends/cpu/prepare_inputs.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "backends/cpu/kernel_targets.h"
@@ -26,14 +27,30 @@ int64_t ScanForOutOfDomain(const float* values, int64_t count, const InputDomain
   return FirstOutOfDomain(values, count, domain);
 }
 
-// Checks the raw fp32 values of one input laid out [tokens, heads, per_head].
-absl::Status CheckValues(const Call& call, const char* tensor, const float* values,
-                         int64_t heads, int64_t per_head, const InputDomain& domain) {
+// Values one task of a parallel scan checks: large enough that a task outweighs waking a
+// thread, small enough that a prefill's q, k and v split across every thread.
+constexpr int64_t kScanTaskValues = int64_t{1} << 16;
+
+// Checks the raw fp32 values of one input laid out [tokens, heads, per_head]. A prefill's
+// inputs (hundreds of MiB) are scanned in parallel, in pieces; the first bad value wins.
+absl::Status CheckValues(const Call& call, ThreadPool& pool, const char* tensor,
+                         const float* values, int64_t heads, int64_t per_head,
+                         const InputDomain& domain) {
   if (!call.check_values) return absl::OkStatus();
   const int64_t count = call.tokens() * heads * per_head;
-  const int64_t bad = ScanForOutOfDomain(values, count, domain);
-  if (bad == count) return absl::OkStatus();
-  return InputOutOfDomain(tensor, domain, values[bad], bad, heads, per_head, call.cu_seqlens);
+  const int64_t tasks = (count + kScanTaskValues - 1) / kScanTaskValues;
+  std::atomic<int64_t> bad{count};
+  pool.ParallelFor(tasks, [&](int64_t task, int32_t) {
+    const int64_t begin = task * kScanTaskValues;
+    const int64_t size = std::min(kScanTaskValues, count - begin);
+    const int64_t found = begin + ScanForOutOfDomain(values + begin, size, domain);
+    if (found == begin + size) return;
+    int64_t seen = bad.load();
+    while (found < seen && !bad.compare_exchange_weak(seen, found)) continue;
+  });
+  if (bad.load() == count) return absl::OkStatus();
+  return InputOutOfDomain(tensor, domain, values[bad.load()], bad.load(), heads, per_head,
+                          call.cu_seqlens);
 }
 
 // Reads count elements of `dtype` as fp32 into out.
@@ -69,7 +86,7 @@ absl::Status LoadPart(const LayerSpec& spec, const LayerRun& run, const Call& ca
   const int64_t count = call.tokens() * heads * per_head;
   const bool conv = spec.conv_size > 0;
   const float* raw = AsFloats(src, count, dtype, conv ? &out->conv_input : storage);
-  absl::Status status = CheckValues(call, tensor, raw, heads, per_head, kFiniteValues);
+  absl::Status status = CheckValues(call, pool, tensor, raw, heads, per_head, kFiniteValues);
   if (!status.ok() || !conv) {
     *values = raw;
     return status;
@@ -139,7 +156,8 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
     const int64_t per_token = spec.g_per_token();
     out->g_token_stride = per_token;
     out->g = AsFloats(inputs.g, tokens * per_token, dtype, &out->g_storage);
-    status = CheckValues(call, "g", out->g, HV, per_token / HV, GateDomain(spec.gate_raw));
+    status = CheckValues(call, pool, "g", out->g, HV, per_token / HV,
+                         GateDomain(spec.gate_raw));
     if (!status.ok()) return status;
     out->g_raw = spec.gate_raw;
   } else {
@@ -158,7 +176,7 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
   out->beta_logits = false;
   if (spec.delta_rule()) {
     out->beta = AsFloats(inputs.beta, tokens * HV, dtype, &out->beta_storage);
-    status = CheckValues(call, "beta", out->beta, HV, 1, BetaDomain(spec.beta_sigmoid));
+    status = CheckValues(call, pool, "beta", out->beta, HV, 1, BetaDomain(spec.beta_sigmoid));
     if (!status.ok()) return status;
     out->beta_logits = spec.beta_sigmoid;
   }
