@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/gpu_compat.cuh"
+#include "backends/cuda/slot_runs.h"
 #include "src/status.h"
 
 namespace lumen::cuda {
@@ -56,6 +57,7 @@ absl::Status StatePool::Grow(int64_t slot_bytes, SizeClass& size_class) {
                                                         cudaGetErrorString(error)));
   }
   chunks_.push_back(chunk);
+  chunk_starts_.insert(chunk);
   reserved_bytes_ += slots * slot_bytes;
   size_class.next_chunk_slots =
       std::max<int64_t>(1, std::min(slots * 2, kMaxChunkBytes / slot_bytes));
@@ -67,9 +69,14 @@ absl::Status StatePool::Grow(int64_t slot_bytes, SizeClass& size_class) {
 }
 
 absl::Status StatePool::Clean(int64_t slot_bytes, SizeClass& size_class) {
+  std::vector<char*> dirty;
+  dirty.reserve(size_class.dirty.size());
+  for (void* slot : size_class.dirty) dirty.push_back(static_cast<char*>(slot));
+  const std::vector<std::pair<char*, int64_t>> runs = SlotRuns(
+      dirty, slot_bytes, [this](const char* slot) { return chunk_starts_.count(slot) > 0; });
   cudaError_t error = cudaSuccess;
-  for (void* slot : size_class.dirty) {
-    error = cudaMemsetAsync(slot, 0, slot_bytes, nullptr);
+  for (const auto& [start, bytes] : runs) {
+    error = cudaMemsetAsync(start, 0, bytes, nullptr);
     if (error != cudaSuccess) break;
   }
   if (error == cudaSuccess) error = cudaStreamSynchronize(nullptr);
@@ -77,8 +84,12 @@ absl::Status StatePool::Clean(int64_t slot_bytes, SizeClass& size_class) {
     return LumenError(LUMEN_ERROR_BACKEND,
                       absl::StrCat("cannot zero session state: ", cudaGetErrorString(error)));
   }
-  size_class.clean.insert(size_class.clean.end(), size_class.dirty.rbegin(),
-                          size_class.dirty.rend());
+  // Hand out low addresses first (the clean list is taken from its back).
+  for (auto run = runs.rbegin(); run != runs.rend(); ++run) {
+    for (int64_t at = run->second - slot_bytes; at >= 0; at -= slot_bytes) {
+      size_class.clean.push_back(run->first + at);
+    }
+  }
   size_class.dirty.clear();
   return absl::OkStatus();
 }

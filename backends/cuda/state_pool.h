@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,7 +36,8 @@ class StatePool {
     int64_t next_chunk_slots = 0;
   };
 
-  // Zeroes every dirty slot of the class in one batch (one wait for the device).
+  // Zeroes every dirty slot of the class in one batch (one memset per run of neighbouring
+  // slots, one wait for the device).
   absl::Status Clean(int64_t slot_bytes, SizeClass& size_class);
   // Adds a chunk of slots (zeroed) to the class.
   absl::Status Grow(int64_t slot_bytes, SizeClass& size_class);
@@ -44,6 +46,7 @@ class StatePool {
   std::map<int64_t, SizeClass> classes_;              // by slot size
   std::unordered_map<void*, int64_t> slot_bytes_of_;  // every slot handed out
   std::vector<void*> chunks_;                         // the cudaMalloc'd memory
+  std::unordered_set<const void*> chunk_starts_;      // the same, for lookups
   int64_t reserved_bytes_ = 0;
 };
 

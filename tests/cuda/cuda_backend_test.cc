@@ -435,61 +435,64 @@ TEST_CASE("a batched CUDA step captured in a graph replays like direct calls", "
   std::string error;
   ModelPtr model = BuildModel({layer}, &error);
   EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
-  const int32_t n = 300;  // more sessions than one launch takes
-  std::vector<std::vector<float>> matrices, normalizers;
-  RandomStates(layer, n, rng, &matrices, &normalizers);
-  Sessions direct = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
-  Sessions replayed = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
-  const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, n, rng), LUMEN_DTYPE_BFLOAT16);
-  const DeviceTokens dev(tokens);
-  const int64_t o_count = n * layer.VPerToken();
-  DeviceBuffer o_direct(o_count * 2), o_graph(o_count * 2);
-  cudaStream_t stream = nullptr;
-  REQUIRE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  auto output = [&](const DeviceBuffer& o) {
-    lumen_layer_output out;
-    lumen_layer_output_init(&out);
-    out.dtype = LUMEN_DTYPE_BFLOAT16;
-    out.memory = LUMEN_MEMORY_DEVICE;
-    out.o = o.get();
-    out.o_count = o_count;
-    return out;
-  };
-  lumen_layer_inputs in = dev.Inputs(layer, n, stream);
+  // More sessions than one launch takes; one session (the latency case).
+  for (const int32_t n : {300, 1}) {
+    INFO("n = " << n);
+    std::vector<std::vector<float>> matrices, normalizers;
+    RandomStates(layer, n, rng, &matrices, &normalizers);
+    Sessions direct = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    Sessions replayed = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, n, rng), LUMEN_DTYPE_BFLOAT16);
+    const DeviceTokens dev(tokens);
+    const int64_t o_count = n * layer.VPerToken();
+    DeviceBuffer o_direct(o_count * 2), o_graph(o_count * 2);
+    cudaStream_t stream = nullptr;
+    REQUIRE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    auto output = [&](const DeviceBuffer& o) {
+      lumen_layer_output out;
+      lumen_layer_output_init(&out);
+      out.dtype = LUMEN_DTYPE_BFLOAT16;
+      out.memory = LUMEN_MEMORY_DEVICE;
+      out.o = o.get();
+      out.o_count = o_count;
+      return out;
+    };
+    lumen_layer_inputs in = dev.Inputs(layer, n, stream);
 
-  lumen_layer_output graph_out = output(o_graph);
-  REQUIRE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  const lumen_status captured =
-      lumen_engine_step_batch(gpu.get(), 0, replayed.handles.data(), n, &in, &graph_out);
-  cudaGraph_t graph = nullptr;
-  REQUIRE_CUDA(cudaStreamEndCapture(stream, &graph));
-  REQUIRE_OK(captured);
-  cudaGraphExec_t exec = nullptr;
-  REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  // Capturing ran nothing: the states are still the initial ones.
-  {
-    std::vector<float> m, z;
-    REQUIRE_OK(ReadState(replayed.handles[0], 0, layer, &m, &z));
-    CHECK(m == matrices[0]);
+    lumen_layer_output graph_out = output(o_graph);
+    REQUIRE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const lumen_status captured =
+        lumen_engine_step_batch(gpu.get(), 0, replayed.handles.data(), n, &in, &graph_out);
+    cudaGraph_t graph = nullptr;
+    REQUIRE_CUDA(cudaStreamEndCapture(stream, &graph));
+    REQUIRE_OK(captured);
+    cudaGraphExec_t exec = nullptr;
+    REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    // Capturing ran nothing: the states are still the initial ones.
+    {
+      std::vector<float> m, z;
+      REQUIRE_OK(ReadState(replayed.handles[0], 0, layer, &m, &z));
+      CHECK(m == matrices[0]);
+    }
+    lumen_layer_output direct_out = output(o_direct);
+    for (int replay = 0; replay < 3; ++replay) {
+      REQUIRE_CUDA(cudaGraphLaunch(exec, stream));
+      REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, direct.handles.data(), n, &in, &direct_out));
+    }
+    REQUIRE_CUDA(cudaStreamSynchronize(stream));
+    CHECK(o_graph.Read() == o_direct.Read());
+    for (int32_t i = 0; i < n; i += 37) {
+      std::vector<float> a, za, b, zb;
+      REQUIRE_OK(ReadState(direct.handles[i], 0, layer, &a, &za));
+      REQUIRE_OK(ReadState(replayed.handles[i], 0, layer, &b, &zb));
+      INFO("session " << i);
+      CHECK(a == b);
+      CHECK(a != matrices[i]);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
   }
-  lumen_layer_output direct_out = output(o_direct);
-  for (int replay = 0; replay < 3; ++replay) {
-    REQUIRE_CUDA(cudaGraphLaunch(exec, stream));
-    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, direct.handles.data(), n, &in, &direct_out));
-  }
-  REQUIRE_CUDA(cudaStreamSynchronize(stream));
-  CHECK(o_graph.Read() == o_direct.Read());
-  for (int32_t i = 0; i < n; i += 37) {
-    std::vector<float> a, za, b, zb;
-    REQUIRE_OK(ReadState(direct.handles[i], 0, layer, &a, &za));
-    REQUIRE_OK(ReadState(replayed.handles[i], 0, layer, &b, &zb));
-    INFO("session " << i);
-    CHECK(a == b);
-    CHECK(a != matrices[i]);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 // The CPU engine's status and message for `inputs` (host buffers), run as a batched step or,
@@ -517,11 +520,20 @@ std::string CpuInputError(const RefLayer& layer, lumen_model* model, int32_t n,
 // and reported, quoting the CPU's message, by the next call that waits (here read_state after
 // a batched step, and a host-buffer step after a varlen prefill). The failing call and the
 // call enqueued after it change no state and no output; after the report calls run again.
+// Three shapes, one for each kind of step kernel that must hold still: a staged tile of 32
+// rows, a staged tile of 128 rows (the benchmark's shape), and V not a multiple of 4 (the
+// tile held in registers).
 TEST_CASE("input errors of device-buffer calls reach the next waiting call and change nothing",
           "[.cuda]") {
   std::mt19937 rng(TestSeed());
   const float kNaN = std::numeric_limits<float>::quiet_NaN();
-  for (const RefLayer& layer : EveryFamily(2, 4, 32, 32, rng)) {
+  std::vector<RefLayer> layers = EveryFamily(2, 4, 32, 32, rng);
+  for (const auto& shape : {std::vector<int32_t>{16, 32, 128, 128}, {1, 2, 40, 30}}) {
+    for (RefLayer& layer : EveryFamily(shape[0], shape[1], shape[2], shape[3], rng)) {
+      layers.push_back(std::move(layer));
+    }
+  }
+  for (const RefLayer& layer : layers) {
     INFO(layer.Describe());
     std::string error;
     ModelPtr model = BuildModel({layer}, &error);

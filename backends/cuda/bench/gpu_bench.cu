@@ -1,10 +1,10 @@
 // GPU decode and prefill through the public C API, timed with CUDA events.
 //
 // Decode: one lumen_engine_step_batch of N sessions (bf16 inputs and output in device
-// memory, fp32 state, HV = 32, H = 16, K = V = 128) captured in a CUDA graph; the time per
-// step is the mean over graph replays. The state is read and written once per step, so the
-// effective bandwidth is 2 * N * HV * K * V * 4 bytes / t, set beside a device-to-device copy
-// (bytes read + written) of a buffer far larger than L2.
+// memory, fp32 and then bf16 state, HV = 32, H = 16, K = V = 128) captured in a CUDA graph;
+// the time per step is the mean over graph replays. The state is read and written once per
+// step, so the effective bandwidth is 2 * N * HV * K * V * (4 or 2) bytes / t, set beside a
+// device-to-device copy (bytes read + written) of a buffer far larger than L2.
 // Prefill: lumen_engine_prefill_varlen over B sequences of T tokens, device buffers.
 
 #include "backends/cuda/bench/gpu_bench.h"
@@ -102,7 +102,7 @@ struct Bench {
   lumen_engine* engine = nullptr;
   int32_t family = 0;
 
-  explicit Bench(int32_t f) : family(f) {
+  Bench(int32_t f, int32_t state_dtype) : family(f) {
     lumen_model_builder* builder = nullptr;
     Check(lumen_model_builder_create(&builder), "lumen_model_builder_create");
     lumen_layer_options options;
@@ -112,6 +112,7 @@ struct Bench {
     options.num_value_heads = kValueHeads;
     options.key_dim = kKeyDim;
     options.value_dim = kValueDim;
+    options.state_dtype = state_dtype;
     const bool real = f == LUMEN_FAMILY_GATED_DELTA_NET || f == LUMEN_FAMILY_KDA;
     if (HasBeta(f)) options.qk_l2norm = options.beta_sigmoid = 1;
     if (real) options.gate_raw = 1;
@@ -280,7 +281,32 @@ double PrefillMs(const Bench& bench, int32_t b, int32_t t, cudaStream_t stream, 
 
 }  // namespace
 
-int RunGpuBench(bool quick) {
+// The decode table for one state dtype: time per step and bandwidth against `copy`.
+void DecodeTable(int32_t state_dtype, double copy, cudaStream_t stream, int reps,
+                 std::mt19937& rng) {
+  const int state_bytes = state_dtype == LUMEN_DTYPE_BFLOAT16 ? 2 : 4;
+  std::printf("decode, %s state: one batched step, graph replays (us per step; effective TB/s "
+              "= 2*N*HV*K*V*%d/t; %% of copy)\n",
+              state_bytes == 2 ? "bf16" : "fp32", state_bytes);
+  std::printf("%-16s", "family");
+  const int32_t counts[] = {1, 8, 64, 256, 1024};
+  for (int32_t n : counts) std::printf(" | N=%-4d us   TB/s   %%  ", n);
+  std::printf("\n");
+  for (const Family& f : kFamilies) {
+    Bench bench(f.family, state_dtype);
+    std::printf("%-16s", f.name);
+    for (int32_t n : counts) {
+      const double ms = DecodeMs(bench, n, stream, reps, rng);
+      const double bytes = 2.0 * n * kValueHeads * kKeyDim * kValueDim * state_bytes;
+      const double rate = bytes / (ms * 1e-3);
+      std::printf(" | %8.1f %6.2f %4.0f", ms * 1e3, rate / 1e12, 100.0 * rate / copy);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
+int RunGpuBench(bool quick, bool decode_only) {
   try {
     cudaStream_t stream = nullptr;
     CheckCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -288,15 +314,21 @@ int RunGpuBench(bool quick) {
     CheckCuda(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
     const int reps = quick ? 3 : 50;
     const double copy = CopyBandwidth(stream, quick ? 2 : 10);
-    std::printf("lumen bench on %s: bf16 inputs and output, fp32 state, H=%d, HV=%d, K=V=%d\n",
+    std::printf("lumen bench on %s: bf16 inputs and output, H=%d, HV=%d, K=V=%d\n",
                 properties.name, kHeads, kValueHeads, kKeyDim);
     std::printf("anchor: device-to-device copy %.2f TB/s (bytes read + written)\n\n",
                 copy / 1e12);
     std::mt19937 rng(7);
 
+    if (decode_only) {
+      DecodeTable(LUMEN_DTYPE_FLOAT32, copy, stream, reps, rng);
+      DecodeTable(LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
+      cudaStreamDestroy(stream);
+      return 0;
+    }
     {
       // Session pool: create and destroy 10,000 sessions of one layer.
-      Bench bench(LUMEN_FAMILY_GATED_DELTA_NET);
+      Bench bench(LUMEN_FAMILY_GATED_DELTA_NET, LUMEN_DTYPE_FLOAT32);
       const int32_t count = quick ? 1000 : 10000;
       std::vector<lumen_session*> sessions(count);
       const auto t0 = std::chrono::steady_clock::now();
@@ -314,29 +346,13 @@ int RunGpuBench(bool quick) {
                   count, ms(t1 - t0), ms(t2 - t1), ms(t3 - t2));
     }
 
-    std::printf("decode: one batched step, graph replays (us per step; effective TB/s = "
-                "2*N*HV*K*V*4/t; %% of copy)\n");
-    std::printf("%-16s", "family");
-    const int32_t counts[] = {1, 8, 64, 256, 1024};
-    for (int32_t n : counts) std::printf(" | N=%-4d us   TB/s   %%  ", n);
+    DecodeTable(LUMEN_DTYPE_FLOAT32, copy, stream, reps, rng);
     std::printf("\n");
-    for (const Family& f : kFamilies) {
-      Bench bench(f.family);
-      std::printf("%-16s", f.name);
-      for (int32_t n : counts) {
-        const double ms = DecodeMs(bench, n, stream, reps, rng);
-        const double bytes = 2.0 * n * kValueHeads * kKeyDim * kValueDim * 4;
-        const double rate = bytes / (ms * 1e-3);
-        std::printf(" | %8.1f %6.2f %4.0f", ms * 1e3, rate / 1e12, 100.0 * rate / copy);
-      }
-      std::printf("\n");
-      std::fflush(stdout);
-    }
-
+    DecodeTable(LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
     std::printf("\nprefill: lumen_engine_prefill_varlen from zero states (ms)\n");
     std::printf("%-16s | B=4 x T=8192 | B=1 x T=65536\n", "family");
     for (const Family& f : kFamilies) {
-      Bench bench(f.family);
+      Bench bench(f.family, LUMEN_DTYPE_FLOAT32);
       const double a = PrefillMs(bench, 4, quick ? 1024 : 8192, stream, quick ? 1 : 3, rng);
       const double b = PrefillMs(bench, 1, quick ? 4096 : 65536, stream, quick ? 1 : 2, rng);
       std::printf("%-16s | %12.2f | %13.2f\n", f.name, a, b);

@@ -5,8 +5,9 @@
 
 namespace lumen::cuda {
 
-// Runs the benchmark and prints its tables; `quick` uses few repetitions (a smoke test).
-// Returns the process exit code: 0, or 1 when the CUDA backend is unavailable or a call fails.
-int RunGpuBench(bool quick);
+// Runs the benchmark and prints its tables; `quick` uses few repetitions (a smoke test);
+// `decode_only` prints the copy anchor and the decode tables alone. Returns the process exit
+// code: 0, or 1 when the CUDA backend is unavailable or a call fails.
+int RunGpuBench(bool quick, bool decode_only);
 
 }  // namespace lumen::cuda
