@@ -65,39 +65,16 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
   const int64_t t0 = run.cu_seqlens[session] + first;
   const int64_t t1 = t0 + count;
   if (t1 == t0) return;
-  const int64_t H = spec.num_heads, HV = spec.num_value_heads;
+  const int64_t HV = spec.num_value_heads;
   const int64_t K = spec.key_dim, V = spec.value_dim;
-  const int64_t qk_head = value_head / (HV / H);
 
   HeadSequence seq;
   seq.num_tokens = static_cast<int32_t>(t1 - t0);
   seq.key_dim = spec.key_dim;
   seq.value_dim = spec.value_dim;
-  seq.q = in.q + (t0 * H + qk_head) * K;
-  seq.k = in.k + (t0 * H + qk_head) * K;
-  seq.q_stride = seq.k_stride = H * K;
-  seq.v = in.v + (t0 * HV + value_head) * V;
+  PrepareHeadInputs(spec, in, value_head, t0, count, &scratch.inputs, &seq);
   seq.o = o + (t0 * HV + value_head) * V;
-  seq.v_stride = seq.o_stride = HV * V;
-  if (in.g != nullptr) {
-    const int64_t per_head = spec.gate_kind() == GateKind::kVector ? K : 1;
-    seq.g = in.g + t0 * in.g_token_stride + value_head * per_head;
-    seq.g_stride = in.g_token_stride;
-    if (in.g_raw_per_channel) {  // this head's share of the gate math
-      const float minus_a = -std::exp(spec.a_log[value_head]);
-      const float* bias = spec.dt_bias.data() + value_head * K;
-      for (int64_t t = 0; t < seq.num_tokens; ++t) {
-        const float* raw = seq.g + t * seq.g_stride;
-        RawGatesToLogDecays(minus_a, raw, bias, K, scratch.gate.data() + t * K);
-      }
-      seq.g = scratch.gate.data();
-      seq.g_stride = K;
-    }
-  }
-  if (in.beta != nullptr) {
-    seq.beta = in.beta + t0 * HV + value_head;
-    seq.beta_stride = HV;
-  }
+  seq.o_stride = HV * V;
 
   HeadRule rule;
   rule.gate = spec.gate_kind();
@@ -135,7 +112,7 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
     const float d = spec.d_skip[value_head];
     const float* x = in.skip_x + (t0 * HV + value_head) * V;
     for (int64_t t = 0; t < seq.num_tokens; ++t) {
-      for (int64_t j = 0; j < V; ++j) seq.o[t * seq.o_stride + j] += d * x[t * seq.v_stride + j];
+      for (int64_t j = 0; j < V; ++j) seq.o[t * seq.o_stride + j] += d * x[t * HV * V + j];
     }
   }
 
@@ -154,6 +131,8 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   const int64_t HV = spec.num_value_heads;
   const int64_t out_count = tokens * HV * spec.value_dim;
   const bool direct_output = run.output->dtype == LUMEN_DTYPE_FLOAT32;
+  // A prefill walks its tokens in slices, except into a bf16 state (see below).
+  const bool sliced = run.chunkwise && spec.state_dtype == DType::kFloat32;
   // Everything that allocates happens here, before any state changes, so that running out
   // of memory leaves every session as it was.
   try {
@@ -164,8 +143,10 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
     for (int32_t i = 0; i < run.num_sessions(); ++i) {
       longest = std::max<int64_t>(longest, run.cu_seqlens[i + 1] - run.cu_seqlens[i]);
     }
+    // Tokens one RunHead call takes at most.
+    const int64_t head_tokens = sliced ? std::min(longest, kPrefillSliceTokens) : longest;
     for (SlotScratch& scratch : scratch_) {
-      if (prepared_.g_raw_per_channel) scratch.gate.resize(longest * spec.key_dim);
+      ReserveHeadInputs(spec, prepared_, head_tokens, &scratch.inputs);
       if (spec.state_dtype != DType::kFloat32) {
         scratch.head_state.resize(spec.key_dim * spec.value_dim + spec.key_dim);
       }
@@ -185,7 +166,6 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
     // tokens in one call, as a step would take them one by one.
     const int64_t group = std::min<int64_t>(HV, kPrefillHeadGroup);
     const int64_t groups = (HV + group - 1) / group;
-    const bool sliced = spec.state_dtype == DType::kFloat32;
     pool_.ParallelFor(run.num_sessions() * groups, [&](int64_t task, int32_t slot) {
       const int32_t session = static_cast<int32_t>(task / groups);
       const int64_t first_head = task % groups * group;

@@ -35,7 +35,7 @@ class CpuBackend : public Backend {
   struct SlotScratch {
     ChunkWorkspace chunk;
     std::vector<float> head_state;  // [K * V + K] fp32 copy of a head stored as bf16
-    std::vector<float> gate;        // [T, K] one head's log-decays from raw per-channel gates
+    HeadInputScratch inputs;        // one head's rows that PrepareInputs left to the heads
   };
 
   // Runs one value head of one session over `count` of its tokens from its token `first`.

@@ -1,6 +1,7 @@
 #include "backends/cpu/prepare_inputs.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "backends/cpu/kernel_targets.h"
@@ -20,14 +21,36 @@ struct Call {
   int64_t tokens() const { return cu_seqlens.back(); }
 };
 
-// Checks the raw fp32 values of one input laid out [tokens, heads, per_head].
-absl::Status CheckValues(const Call& call, const char* tensor, const float* values,
-                         int64_t heads, int64_t per_head, const InputDomain& domain) {
+// FirstOutOfDomain at the kernels' SIMD level: every value of a call is scanned once.
+LUMEN_CPU_KERNEL
+int64_t ScanForOutOfDomain(const float* values, int64_t count, const InputDomain& domain) {
+  return FirstOutOfDomain(values, count, domain);
+}
+
+// Values one task of a parallel scan checks: large enough that a task outweighs waking a
+// thread, small enough that a prefill's q, k and v split across every thread.
+constexpr int64_t kScanTaskValues = int64_t{1} << 16;
+
+// Checks the raw fp32 values of one input laid out [tokens, heads, per_head]. A prefill's
+// inputs (hundreds of MiB) are scanned in parallel, in pieces; the first bad value wins.
+absl::Status CheckValues(const Call& call, ThreadPool& pool, const char* tensor,
+                         const float* values, int64_t heads, int64_t per_head,
+                         const InputDomain& domain) {
   if (!call.check_values) return absl::OkStatus();
   const int64_t count = call.tokens() * heads * per_head;
-  const int64_t bad = FirstOutOfDomain(values, count, domain);
-  if (bad == count) return absl::OkStatus();
-  return InputOutOfDomain(tensor, domain, values[bad], bad, heads, per_head, call.cu_seqlens);
+  const int64_t tasks = (count + kScanTaskValues - 1) / kScanTaskValues;
+  std::atomic<int64_t> bad{count};
+  pool.ParallelFor(tasks, [&](int64_t task, int32_t) {
+    const int64_t begin = task * kScanTaskValues;
+    const int64_t size = std::min(kScanTaskValues, count - begin);
+    const int64_t found = begin + ScanForOutOfDomain(values + begin, size, domain);
+    if (found == begin + size) return;
+    int64_t seen = bad.load();
+    while (found < seen && !bad.compare_exchange_weak(seen, found)) continue;
+  });
+  if (bad.load() == count) return absl::OkStatus();
+  return InputOutOfDomain(tensor, domain, values[bad.load()], bad.load(), heads, per_head,
+                          call.cu_seqlens);
 }
 
 // Reads count elements of `dtype` as fp32 into out.
@@ -42,19 +65,6 @@ const float* AsFloats(const void* src, int64_t count, int32_t dtype,
   if (dtype == LUMEN_DTYPE_FLOAT32) return static_cast<const float*>(src);
   LoadFloats(src, count, dtype, storage);
   return storage->data();
-}
-
-// Each row of `dim` floats times scale, and divided by its L2 norm (l2norm): the identity
-// feature map's q and k. Runs on the calling thread for every token and head of a call, so
-// it gets the kernels' SIMD levels.
-LUMEN_CPU_KERNEL
-void ScaleRows(float* rows, int64_t count, int64_t dim, float scale, bool l2norm) {
-  for (float* row = rows; row < rows + count; row += dim) {
-    float factor = scale;
-    if (l2norm) factor /= std::sqrt(Dot(row, row, static_cast<int32_t>(dim)) + 1e-6f);
-#pragma omp simd
-    for (int64_t i = 0; i < dim; ++i) row[i] *= factor;
-  }
 }
 
 float FeatureMapValue(FeatureMap map, float x) {
@@ -76,7 +86,7 @@ absl::Status LoadPart(const LayerSpec& spec, const LayerRun& run, const Call& ca
   const int64_t count = call.tokens() * heads * per_head;
   const bool conv = spec.conv_size > 0;
   const float* raw = AsFloats(src, count, dtype, conv ? &out->conv_input : storage);
-  absl::Status status = CheckValues(call, tensor, raw, heads, per_head, kFiniteValues);
+  absl::Status status = CheckValues(call, pool, tensor, raw, heads, per_head, kFiniteValues);
   if (!status.ok() || !conv) {
     *values = raw;
     return status;
@@ -88,48 +98,37 @@ absl::Status LoadPart(const LayerSpec& spec, const LayerRun& run, const Call& ca
   return absl::OkStatus();
 }
 
-// q or k: checked and convolved, then l2norm (optional), the feature map and the scale, per
-// row of K.
-absl::Status PrepareQueryOrKey(const LayerSpec& spec, const LayerRun& run, const Call& call,
-                               ThreadPool& pool, int32_t part, const char* tensor,
-                               const void* src, float scale, std::vector<float>* storage,
-                               PreparedInputs* out, const float** result) {
-  const int64_t count = call.tokens() * spec.num_heads * spec.key_dim;
-  const float* values = nullptr;
-  absl::Status status = LoadPart(spec, run, call, pool, part, tensor, src, spec.num_heads,
-                                 spec.key_dim, storage, out, &values);
-  *result = values;
-  const bool transforms = spec.qk_l2norm || spec.feature_map != FeatureMap::kIdentity ||
-                          scale != 1.0f;
-  if (!status.ok() || !transforms) return status;
-  if (values != storage->data()) storage->assign(values, values + count);
-  const int64_t dim = spec.key_dim;
-  if (spec.feature_map == FeatureMap::kIdentity) {
-    ScaleRows(storage->data(), count, dim, scale, spec.qk_l2norm);
-    *result = storage->data();
-    return absl::OkStatus();
-  }
-  for (float* row = storage->data(); row < storage->data() + count; row += dim) {
-    // The feature map sees the normalised value; the scale multiplies its result.
-    const float norm =
-        spec.qk_l2norm ? 1.0f / std::sqrt(Dot(row, row, static_cast<int32_t>(dim)) + 1e-6f)
-                       : 1.0f;
-    for (int64_t i = 0; i < dim; ++i) {
-      row[i] = FeatureMapValue(spec.feature_map, row[i] * norm) * scale;
-    }
-  }
-  *result = storage->data();
-  return absl::OkStatus();
-}
+float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
-}  // namespace
-
-LUMEN_CPU_KERNEL
-void RawGatesToLogDecays(float minus_a, const float* raw, const float* dt_bias, int64_t count,
-                         float* out) {
+// Raw gates' log-decays: out[i] = minus_a * softplus(raw[i] + dt_bias[i]).
+inline void RawGatesToLogDecays(float minus_a, const float* raw, const float* dt_bias,
+                                int64_t count, float* out) {
 #pragma omp simd
   for (int64_t i = 0; i < count; ++i) out[i] = minus_a * VectorSoftplus(raw[i] + dt_bias[i]);
 }
+
+// `rows` rows of q or k (K floats, `stride` apart) into dst (contiguous): l2norm (optional),
+// then the feature map, then times scale.
+inline void TransformQueryOrKeyRows(const LayerSpec& spec, float scale, const float* src,
+                                    int64_t stride, int64_t rows, float* dst) {
+  const int32_t dim = spec.key_dim;
+  for (int64_t r = 0; r < rows; ++r, src += stride, dst += dim) {
+    if (spec.feature_map == FeatureMap::kIdentity) {
+      float factor = scale;
+      if (spec.qk_l2norm) factor /= std::sqrt(Dot(src, src, dim) + 1e-6f);
+#pragma omp simd
+      for (int32_t i = 0; i < dim; ++i) dst[i] = src[i] * factor;
+      continue;
+    }
+    // The feature map sees the normalised value; the scale multiplies its result.
+    const float norm = spec.qk_l2norm ? 1.0f / std::sqrt(Dot(src, src, dim) + 1e-6f) : 1.0f;
+    for (int32_t i = 0; i < dim; ++i) {
+      dst[i] = FeatureMapValue(spec.feature_map, src[i] * norm) * scale;
+    }
+  }
+}
+
+}  // namespace
 
 absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPool& pool,
                            PreparedInputs* out) {
@@ -137,95 +136,131 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
   const Call call{run.cu_seqlens, run.check_values};
   const int32_t dtype = inputs.dtype;
   const int64_t tokens = run.num_tokens();
-  absl::Status status = PrepareQueryOrKey(spec, run, call, pool, kConvQ, "q", inputs.q,
-                                          spec.scale, &out->q_storage, out, &out->q);
+  const int64_t H = spec.num_heads, HV = spec.num_value_heads;
+  absl::Status status = LoadPart(spec, run, call, pool, kConvQ, "q", inputs.q, H, spec.key_dim,
+                                 &out->q_storage, out, &out->q);
   if (!status.ok()) return status;
-  status = PrepareQueryOrKey(spec, run, call, pool, kConvK, "k", inputs.k, 1.0f,
-                             &out->k_storage, out, &out->k);
+  status = LoadPart(spec, run, call, pool, kConvK, "k", inputs.k, H, spec.key_dim,
+                    &out->k_storage, out, &out->k);
   if (!status.ok()) return status;
+  out->qk_transform = spec.qk_l2norm || spec.feature_map != FeatureMap::kIdentity ||
+                      spec.scale != 1.0f;
 
-  const int64_t heads = spec.num_value_heads;
-  // Mamba-2 (ssd with gate_raw) scales each head's write by its dt.
-  const bool mamba2 = spec.family == Family::kSsd && spec.gate_raw;
+  out->g_raw = false;
   if (spec.family == Family::kRetention) {
-    out->g_storage.resize(heads);
-    for (int64_t h = 0; h < heads; ++h) out->g_storage[h] = std::log(spec.decay[h]);
+    out->g_storage.resize(HV);
+    for (int64_t h = 0; h < HV; ++h) out->g_storage[h] = std::log(spec.decay[h]);
     out->g = out->g_storage.data();
     out->g_token_stride = 0;
-    out->g_raw_per_channel = false;
   } else if (spec.needs_g_input()) {
     const int64_t per_token = spec.g_per_token();
-    const int64_t per_head = per_token / heads;  // 1 (scalar gate) or K (vector gate)
     out->g_token_stride = per_token;
     out->g = AsFloats(inputs.g, tokens * per_token, dtype, &out->g_storage);
-    status = CheckValues(call, "g", out->g, heads, per_head, GateDomain(spec.gate_raw));
+    status = CheckValues(call, pool, "g", out->g, HV, per_token / HV,
+                         GateDomain(spec.gate_raw));
     if (!status.ok()) return status;
-    // kda's per-channel raw gates are left to the heads (RunHead), in parallel.
-    out->g_raw_per_channel = spec.gate_raw && per_head > 1;
-    if (spec.gate_raw && !out->g_raw_per_channel) {
-      if (out->g != out->g_storage.data()) {
-        out->g_storage.assign(out->g, out->g + tokens * per_token);
-      }
-      if (mamba2) out->dt_storage.resize(tokens * heads);
-      const int64_t bias_per_head = static_cast<int64_t>(spec.dt_bias.size()) / heads;
-      for (int64_t t = 0; t < tokens; ++t) {
-        float* g = out->g_storage.data() + t * per_token;
-        for (int64_t h = 0; h < heads; ++h) {
-          const float a = -std::exp(spec.a_log[h]);
-          for (int64_t i = 0; i < per_head; ++i) {
-            const float bias = spec.dt_bias[h * bias_per_head + (bias_per_head == 1 ? 0 : i)];
-            const float dt = Softplus(g[h * per_head + i] + bias);
-            g[h * per_head + i] = a * dt;
-            if (mamba2) out->dt_storage[t * heads + h] = dt;
-          }
-        }
-      }
-      out->g = out->g_storage.data();
-    }
+    out->g_raw = spec.gate_raw;
   } else {
     out->g = nullptr;
     out->g_token_stride = 0;
-    out->g_raw_per_channel = false;
   }
 
-  const int64_t value_dim = spec.value_dim;
-  const int64_t v_count = tokens * heads * value_dim;
-  const float* x = nullptr;
-  status = LoadPart(spec, run, call, pool, kConvV, "v", inputs.v, heads, value_dim,
-                    &out->x_storage, out, &x);
+  status = LoadPart(spec, run, call, pool, kConvV, "v", inputs.v, HV, spec.value_dim,
+                    &out->v_storage, out, &out->v);
   if (!status.ok()) return status;
-  out->skip_x = mamba2 && !spec.d_skip.empty() ? x : nullptr;
-  if (mamba2) {
-    out->v_storage.resize(v_count);
-    for (int64_t row = 0; row < tokens * heads; ++row) {
-      const float dt = out->dt_storage[row];
-      for (int64_t j = 0; j < value_dim; ++j) {
-        out->v_storage[row * value_dim + j] = x[row * value_dim + j] * dt;
-      }
-    }
-    out->v = out->v_storage.data();
-  } else {
-    out->v = x;
-  }
+  // Mamba-2 (ssd with gate_raw) scales each head's write by its dt.
+  out->v_times_dt = spec.family == Family::kSsd && spec.gate_raw;
+  out->skip_x = out->v_times_dt && !spec.d_skip.empty() ? out->v : nullptr;
 
+  out->beta = nullptr;
+  out->beta_logits = false;
   if (spec.delta_rule()) {
-    const int64_t count = tokens * heads;
-    out->beta = AsFloats(inputs.beta, count, dtype, &out->beta_storage);
-    status = CheckValues(call, "beta", out->beta, heads, 1, BetaDomain(spec.beta_sigmoid));
+    out->beta = AsFloats(inputs.beta, tokens * HV, dtype, &out->beta_storage);
+    status = CheckValues(call, pool, "beta", out->beta, HV, 1, BetaDomain(spec.beta_sigmoid));
     if (!status.ok()) return status;
-    if (spec.beta_sigmoid) {
-      if (out->beta != out->beta_storage.data()) {
-        out->beta_storage.assign(out->beta, out->beta + count);
-      }
-      float* beta = out->beta_storage.data();
-#pragma omp simd
-      for (int64_t i = 0; i < count; ++i) beta[i] = 1.0f / (1.0f + VectorExp(-beta[i]));
-      out->beta = out->beta_storage.data();
-    }
-  } else {
-    out->beta = nullptr;
+    out->beta_logits = spec.beta_sigmoid;
   }
   return absl::OkStatus();
+}
+
+void ReserveHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int64_t max_tokens,
+                       HeadInputScratch* scratch) {
+  const int64_t K = spec.key_dim;
+  if (in.qk_transform) {
+    scratch->q.resize(max_tokens * K);
+    scratch->k.resize(max_tokens * K);
+  }
+  if (in.v_times_dt) scratch->v.resize(max_tokens * spec.value_dim);
+  if (in.g_raw) scratch->g.resize(max_tokens * in.g_token_stride / spec.num_value_heads);
+  if (in.beta_logits) scratch->beta.resize(max_tokens);
+}
+
+LUMEN_CPU_KERNEL
+void PrepareHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int32_t value_head,
+                       int64_t t0, int64_t count, HeadInputScratch* scratch,
+                       HeadSequence* seq) {
+  const int64_t H = spec.num_heads, HV = spec.num_value_heads;
+  const int64_t K = spec.key_dim, V = spec.value_dim;
+  const int64_t qk_head = value_head / (HV / H);
+  seq->q = in.q + (t0 * H + qk_head) * K;
+  seq->k = in.k + (t0 * H + qk_head) * K;
+  seq->q_stride = seq->k_stride = H * K;
+  seq->v = in.v + (t0 * HV + value_head) * V;
+  seq->v_stride = HV * V;
+  if (in.qk_transform) {
+    TransformQueryOrKeyRows(spec, spec.scale, seq->q, seq->q_stride, count, scratch->q.data());
+    TransformQueryOrKeyRows(spec, 1.0f, seq->k, seq->k_stride, count, scratch->k.data());
+    seq->q = scratch->q.data();
+    seq->k = scratch->k.data();
+    seq->q_stride = seq->k_stride = K;
+  }
+
+  if (in.g != nullptr) {
+    const int64_t per_head = spec.gate_kind() == GateKind::kVector ? K : 1;
+    seq->g = in.g + t0 * in.g_token_stride + value_head * per_head;
+    seq->g_stride = in.g_token_stride;
+    if (in.g_raw) {
+      // log-decay = -exp(A_log) dt with dt = softplus(g + dt_bias); Mamba-2 scales v by dt.
+      const float minus_a = -std::exp(spec.a_log[value_head]);
+      const float* bias = spec.dt_bias.data() + value_head * per_head;
+      float* gates = scratch->g.data();
+      for (int64_t t = 0; t < count; ++t) {
+        const float* raw = seq->g + t * seq->g_stride;
+        if (per_head > 1) {
+          RawGatesToLogDecays(minus_a, raw, bias, K, gates + t * K);
+          continue;
+        }
+        const float dt = Softplus(raw[0] + bias[0]);
+        gates[t] = minus_a * dt;
+        if (in.v_times_dt) {
+          const float* x = seq->v + t * seq->v_stride;
+          float* v = scratch->v.data() + t * V;
+#pragma omp simd
+          for (int64_t j = 0; j < V; ++j) v[j] = x[j] * dt;
+        }
+      }
+      seq->g = gates;
+      seq->g_stride = per_head;
+      if (in.v_times_dt) {
+        seq->v = scratch->v.data();
+        seq->v_stride = V;
+      }
+    }
+  }
+
+  if (in.beta != nullptr) {
+    seq->beta = in.beta + t0 * HV + value_head;
+    seq->beta_stride = HV;
+    if (in.beta_logits) {
+      float* beta = scratch->beta.data();
+#pragma omp simd
+      for (int64_t t = 0; t < count; ++t) {
+        beta[t] = 1.0f / (1.0f + VectorExp(-seq->beta[t * HV]));
+      }
+      seq->beta = beta;
+      seq->beta_stride = 1;
+    }
+  }
 }
 
 void CommitConvWindows(const LayerSpec& spec, const LayerRun& run, const PreparedInputs& in) {

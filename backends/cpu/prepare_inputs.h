@@ -2,13 +2,16 @@
 // Turns a call's raw inputs into what the head kernels read: fp32, with the layer's
 // in-layer options applied in SPEC's order (short convolution, then qk_l2norm, feature map,
 // scale, sigmoid(beta), raw gates, Mamba-2's dt scaling), after checking every raw value
-// against its domain (src/input_domain.h).
+// against its domain (src/input_domain.h). The checks, conversions and convolutions run for
+// the whole call first (PrepareInputs); the per-head options then run in each head's task
+// (PrepareHeadInputs).
 
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "backends/cpu/head_kernels.h"
 #include "backends/cpu/short_conv.h"
 #include "lumen/lumen.h"
 #include "src/backend.h"
@@ -17,34 +20,49 @@
 
 namespace lumen::cpu {
 
+// A call's inputs once checked (and convolved), as the heads read them. What is per token
+// and head (l2norm, feature map and scale of q and k, raw gates, sigmoid(beta), Mamba-2's
+// dt scaling) is left to the thread that runs the head (PrepareHeadInputs), so that it runs
+// in parallel and on rows that thread's cache already holds; the flags say which.
 struct PreparedInputs {
-  const float* q = nullptr;     // [T, H, K]  phi(l2norm(conv(q))) * scale
-  const float* k = nullptr;     // [T, H, K]  phi(l2norm(conv(k)))
-  const float* v = nullptr;     // [T, HV, V] conv(v); Mamba-2: conv(x) * dt
-  const float* g = nullptr;     // [T, HV] or [T, HV, K] log-decays; retention: [HV]
+  const float* q = nullptr;     // [T, H, K]  conv(q)
+  const float* k = nullptr;     // [T, H, K]  conv(k)
+  const float* v = nullptr;     // [T, HV, V] conv(v); Mamba-2: conv(x)
+  const float* g = nullptr;     // [T, HV] or [T, HV, K] gates; retention: [HV] log-decays
   int64_t g_token_stride = 0;   // 0 for retention's fixed per-head decay
-  // g holds kda's raw per-channel gates, which each head turns into log-decays itself
-  // (RawGateToLogDecay), so that the exp and softplus of T x HV x K values run in parallel.
-  bool g_raw_per_channel = false;
-  const float* beta = nullptr;  // [T, HV] in [0, 1], or nullptr
+  const float* beta = nullptr;  // [T, HV], or nullptr
   const float* skip_x = nullptr;  // [T, HV, V] Mamba-2's x for the D skip, or nullptr
+
+  bool qk_transform = false;  // q and k rows still need l2norm / feature map / scale
+  bool g_raw = false;         // g holds raw gates: log-decay = -exp(A_log) softplus(g + dt_bias)
+  bool v_times_dt = false;    // Mamba-2: v rows still need scaling by the head's dt
+  bool beta_logits = false;   // beta holds logits: sigmoid still to apply
 
   // The conv windows each session will hold after the call, per part: [N, C, W-1] fp32.
   std::vector<float> next_windows[kNumConvParts];
 
-  // Storage for whatever had to be converted; unconverted fp32 inputs are used in place.
+  // Storage for whatever had to be converted or convolved; fp32 inputs are used in place.
   std::vector<float> q_storage, k_storage, v_storage, g_storage, beta_storage;
-  std::vector<float> x_storage, dt_storage, conv_input;
+  std::vector<float> conv_input;
   ConvScratch conv_scratch;
 };
 
-inline float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+// One thread's rows of one head, as PrepareHeadInputs makes them.
+struct HeadInputScratch {
+  std::vector<float> q, k, v, g, beta;
+};
 
-// Raw gates' log-decays, SPEC's -exp(A_log) * softplus(g + dt_bias): out[i] = minus_a *
-// softplus(raw[i] + dt_bias[i]) for i < count, minus_a = -exp(A_log). Vectorised at the
-// kernels' SIMD level (vector_math.h); out may not overlap raw or dt_bias.
-void RawGatesToLogDecays(float minus_a, const float* raw, const float* dt_bias, int64_t count,
-                         float* out);
+// Sizes `scratch` for heads of up to `max_tokens` tokens of this call, so that
+// PrepareHeadInputs never allocates. Allocates (callers catch bad_alloc).
+void ReserveHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int64_t max_tokens,
+                       HeadInputScratch* scratch);
+
+// Points seq's q, k, v, g and beta (and strides) at value head `value_head`'s inputs for
+// tokens [t0, t0 + count) of the call, finishing into `scratch` the rows that `in` left to
+// the heads (at most the max_tokens given to ReserveHeadInputs). Thread-safe for distinct
+// scratch.
+void PrepareHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int32_t value_head,
+                       int64_t t0, int64_t count, HeadInputScratch* scratch, HeadSequence* seq);
 
 // Fails with INVALID_ARGUMENT, naming the tensor, token and head, when run.check_values is
 // on and a raw input holds a value outside its domain: non-finite anywhere, a log-gate g > 0
