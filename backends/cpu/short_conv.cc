@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/vector_math.h"
+
 namespace lumen::cpu {
 namespace {
 
@@ -12,29 +14,15 @@ constexpr int64_t kChannelBlock = 256;
 // Below this many multiply-adds a call runs on the calling thread (a step's convolution).
 constexpr int64_t kParallelWork = int64_t{1} << 16;
 
-// exp(x) for SiLU, in operations a compiler vectorises (std::exp is a library call per element
-// and was most of a prefill's convolution time): Cephes' expf, rounding x / ln 2 to n, a
-// two-part ln 2 for the remainder r, a degree-7 polynomial for exp(r), times 2^n; within 2 ulp
-// of exp. Arguments are clamped to [-80, 80]: SiLU's x / (1 + exp(-x)) changes by less than
-// 2e-33 there, and no lane ever divides down to a subnormal (which costs a slow microcode
-// assist per element on x86). Written without branches (the clamps become min/max with
-// -fno-trapping-math, see src/CMakeLists.txt; rounding adds and subtracts 1.5 * 2^23).
-#pragma omp declare simd
-inline float ExpForSilu(float x) {
-  x = x < -80.0f ? -80.0f : x;
-  x = x > 80.0f ? 80.0f : x;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: x + kRound - kRound rounds to nearest
-  const float fn = (x * 1.44269504088896341f + kRound) - kRound;  // round(x / ln 2)
-  const float r = (x - fn * 0.693359375f) - fn * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t n = static_cast<int32_t>(fn);
-  return p * BitsToFloat(static_cast<uint32_t>(n + 127) << 23);
+// SiLU, x / (1 + e^-x), vectorised through VectorExp. The exponent is clamped to [-80, 80]:
+// SiLU changes by less than 2e-33 there, and no lane ever reaches a subnormal (which costs a
+// slow microcode assist per element on x86). The clamps are selects that GCC vectorises with
+// -fno-trapping-math (see src/CMakeLists.txt).
+inline float Silu(float x) {
+  float minus_x = -x;
+  minus_x = minus_x < -80.0f ? -80.0f : minus_x;
+  minus_x = minus_x > 80.0f ? 80.0f : minus_x;
+  return x / (1.0f + VectorExp(minus_x));
 }
 
 // The window of one part inside a session's layer state, in the stored dtype.
@@ -66,7 +54,7 @@ void ConvolveChannels(const LayerSpec& spec, const float* weights_by_tap, const 
     if (spec.conv_activation == ConvActivation::kSilu) {
       // -O2 vectorises only loops it needs no epilogue for; this one is asked to.
 #pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) out[c] = out[c] / (1.0f + ExpForSilu(-out[c]));
+      for (int64_t c = c0; c < c1; ++c) out[c] = Silu(out[c]);
     }
   }
   // In place, ascending j: entry j takes e[n + j], which lies at or after j, so it is read
