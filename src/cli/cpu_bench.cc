@@ -35,14 +35,8 @@ constexpr int32_t kTokenLoopTokens = 256;
 // Bytes a misaligned buffer starts after a cache line, as malloc often gives.
 constexpr int64_t kMisalignBytes = 16;
 
-[[noreturn]] void Fail(const std::string& message) {
-  std::fprintf(stderr, "lumen bench: %s\n", message.c_str());
-  std::exit(1);
-}
-
-void Check(lumen_status status, const char* call) {
-  if (status != LUMEN_OK) Fail(CallFailure(status, call));
-}
+[[noreturn]] void Fail(const std::string& message) { FailAs("lumen bench", message); }
+void Check(lumen_status status, const char* call) { CheckAs("lumen bench", status, call); }
 
 // ---------------------------------------------------------------------------------------
 // Options

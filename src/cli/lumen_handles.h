@@ -1,9 +1,10 @@
 #pragma once
-// What the `lumen` program's commands share around the C API: owned handles, and the
-// message of a failed call.
+// What the `lumen` program's commands share around the C API: owned handles, the message
+// of a failed call, and how a command stops on an error it cannot go past.
 
 #include <lumen/lumen.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -25,6 +26,17 @@ using Owned = std::unique_ptr<T, Destroy>;
 inline std::string CallFailure(lumen_status status, const char* call) {
   const std::string message = lumen_last_error_message();
   return std::string(call) + " failed: " + lumen_status_string(status) + ": " + message;
+}
+
+// Prints "<program>: <message>" on stderr and exits with status 1.
+[[noreturn]] inline void FailAs(const char* program, const std::string& message) {
+  std::fprintf(stderr, "%s: %s\n", program, message.c_str());
+  std::exit(1);
+}
+
+// Stops the program with lumen's own message if a lumen call failed.
+inline void CheckAs(const char* program, lumen_status status, const char* call) {
+  if (status != LUMEN_OK) FailAs(program, CallFailure(status, call));
 }
 
 }  // namespace lumen::cli

@@ -36,7 +36,6 @@
 
 namespace {
 
-using lumen::cli::CallFailure;
 using lumen::cli::Owned;
 
 // The stack: Qwen3-Next's linear-attention layers, as lumen_layer_options_init_qwen3_next_
@@ -65,15 +64,8 @@ using Clock = std::chrono::steady_clock;
 // ---------------------------------------------------------------------------------------
 // Errors and handles
 
-[[noreturn]] void Fail(const std::string& message) {
-  std::fprintf(stderr, "lumen: %s\n", message.c_str());
-  std::exit(1);
-}
-
-// Exits with lumen's own message if a lumen call failed.
-void Check(lumen_status status, const char* call) {
-  if (status != LUMEN_OK) Fail(CallFailure(status, call));
-}
+[[noreturn]] void Fail(const std::string& message) { lumen::cli::FailAs("lumen", message); }
+void Check(lumen_status status, const char* call) { lumen::cli::CheckAs("lumen", status, call); }
 
 // ---------------------------------------------------------------------------------------
 // Command line
