@@ -55,6 +55,13 @@ struct Options {
   bool prefill = true;
 };
 
+// Whether --families names this family (no --families: every family).
+bool Selected(const Options& options, const char* family) {
+  return options.families.empty() ||
+         std::find(options.families.begin(), options.families.end(), family) !=
+             options.families.end();
+}
+
 void PrintUsage(std::FILE* to) {
   std::fprintf(
       to,
@@ -447,11 +454,7 @@ void RunDecode(const Options& options, const Anchors& anchors, const InputBuffer
   std::printf("%-16s %4s %3s %-5s %18s %8s %8s %8s\n", "family", "N", "thr", "align",
               "us/step (spread)", "/RMW", "/memcpy", "2t gain");
   for (const FamilySetup& family : kFamilies) {
-    if (!options.families.empty() &&
-        std::find(options.families.begin(), options.families.end(), family.name) ==
-            options.families.end()) {
-      continue;
-    }
+    if (!Selected(options, family.name)) continue;
     Owned<lumen_model> model = BuildModel(family, false);
     for (int64_t n : options.sessions) {
       for (int64_t misalign : options.misalign) {
@@ -497,11 +500,7 @@ void RunPrefill(const Options& options, const Anchors& anchors, const InputBuffe
   std::printf("%-16s %6s %3s %-5s %18s %8s %6s %12s %8s\n", "family", "T", "thr", "align",
               "ms (spread)", "GFLOP/s", "/peak", "token loop", "speedup");
   for (const FamilySetup& family : kFamilies) {
-    if (!options.families.empty() &&
-        std::find(options.families.begin(), options.families.end(), family.name) ==
-            options.families.end()) {
-      continue;
-    }
+    if (!Selected(options, family.name)) continue;
     Owned<lumen_model> model = BuildModel(family, false);
     for (int64_t threads : options.threads) {
       Owned<lumen_engine> engine = CreateEngine(model.get(), static_cast<int32_t>(threads));
@@ -573,9 +572,8 @@ int RunCpuBench(int argc, char** argv) {
     max_tokens = *std::max_element(options.sessions.begin(), options.sessions.end());
   }
   if (options.prefill) {
-    max_tokens = std::max({max_tokens, options.tokens.back(), int64_t{kTokenLoopTokens}});
-    max_tokens = std::max(max_tokens,
-                          *std::max_element(options.tokens.begin(), options.tokens.end()));
+    max_tokens = std::max({max_tokens, int64_t{kTokenLoopTokens},
+                           *std::max_element(options.tokens.begin(), options.tokens.end())});
   }
   const InputBuffers buffers(max_tokens,
                              options.bf16 ? LUMEN_DTYPE_BFLOAT16 : LUMEN_DTYPE_FLOAT32);
