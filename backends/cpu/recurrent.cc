@@ -1,13 +1,21 @@
 // The recurrent form: one token at a time, straight from SPEC §2.
 //
-// A step is bound by the state's bytes, so each token makes as few passes over S as its rule
-// allows: the additive rules one read-modify-write pass, the delta rule a read pass and a
-// read-modify-write pass over each column tile while the tile is still in cache. The output is
-// summed on the stack and stored once per tile: the caller's o may share a cache line with
+// A step is bound by the state's bytes. The additive rules make one read-modify-write pass
+// over S, whole rows in order like a plain read-modify-write pass, their output sums in
+// registers. The delta rule needs S'^T k over a whole column before it can write that
+// column, so it walks S in column tiles of all K rows (32 columns: 16 KiB at K = 128) and
+// passes twice over each tile: a read for S'^T k and S'^T q (sums in registers), then the
+// read-modify-write, backwards, so that it starts on the rows the read left in L1 (a tile's
+// rows lie a power-of-two stride apart and fall into few L1 sets, so only the last ones
+// stay) and finds the rest in L2, where a whole head (64 KiB) would have been pushed out
+// to L3 or memory between the passes. The next tile is prefetched into L2 while one is
+// written. Outputs are stored once per tile: the caller's o may share a cache line with
 // another head's, which another thread writes.
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/head_kernels.h"
 #include "backends/cpu/kernel_targets.h"
@@ -16,100 +24,234 @@
 namespace lumen::cpu {
 namespace {
 
-// Columns of the state handled together. Columns of S evolve independently (u_j reads only
-// column j), so a tile's sums fit on the stack (in registers for V = 128). Whole rows of 128
-// columns are read in order, which the hardware prefetcher streams from memory (tiles of 32
-// columns, which would keep the delta rule's tile in L1, measured slower out of cache), and
-// a K x 128 tile (64 KiB at K = 128) is still in L2 for the delta rule's second pass.
-constexpr int32_t kColumnTile = 128;
-
-// Row decays of a token are computed once into the stack when K is at most this; larger
-// heads recompute exp(g_i) where they need it.
-constexpr int32_t kMaxStackKeyDim = 512;
-
-// The per-row decays a_i = exp(g_i) of one token, or a single scalar one.
-class RowDecays {
- public:
-  RowDecays(GateKind gate, int32_t key_dim, const float* g) : gate_(gate), g_(g) {
-    scalar_ = gate == GateKind::kScalar ? std::exp(g[0]) : 1.0f;
-    stored_ = gate == GateKind::kVector && key_dim <= kMaxStackKeyDim;
-    if (stored_) {
-#pragma omp simd
-      for (int32_t i = 0; i < key_dim; ++i) values_[i] = VectorExp(g[i]);
-    }
-  }
-  float operator()(int32_t i) const {
-    if (gate_ != GateKind::kVector) return scalar_;
-    return stored_ ? values_[i] : std::exp(g_[i]);
-  }
-
- private:
-  GateKind gate_;
-  const float* g_;
-  float scalar_;
-  bool stored_;
-  float values_[kMaxStackKeyDim];
+template <int32_t kWidth>
+struct FloatVectorOf;
+template <>
+struct FloatVectorOf<1> {
+  using Type = float;
+};
+template <>
+struct FloatVectorOf<4> {
+  typedef float Type __attribute__((vector_size(16)));
+};
+template <>
+struct FloatVectorOf<8> {
+  typedef float Type __attribute__((vector_size(32)));
+};
+template <>
+struct FloatVectorOf<16> {
+  typedef float Type __attribute__((vector_size(64)));
 };
 
-// S[i, :] = a_i S[i, :] + k_i v; o = S^T q: one pass over S, tile by tile.
-void AdditiveToken(const RowDecays& decay, int32_t key_dim, int32_t value_dim,
-                   const float* q, const float* k, const float* v, float* state, float* o) {
-  for (int32_t j0 = 0; j0 < value_dim; j0 += kColumnTile) {
-    const int32_t width = std::min(kColumnTile, value_dim - j0);
-    const float* v_tile = v + j0;
-    float out[kColumnTile] = {};
-    for (int32_t i = 0; i < key_dim; ++i) {
-      const float a = decay(i);
-      const float k_i = k[i];
-      const float q_i = q[i];
-      float* row = state + static_cast<int64_t>(i) * value_dim + j0;
+// A column tile at one SIMD level: kVectors vectors of kWidth floats per row.
+template <int32_t kWidthArg, int32_t kVectorsArg>
+struct TileShape {
+  static constexpr int32_t kWidth = kWidthArg;
+  static constexpr int32_t kVectors = kVectorsArg;
+  static constexpr int32_t kColumns = kWidth * kVectors;
+};
+
+// The tiles of one level: the additive rule's up to whole rows of 128 columns (its output
+// sums and a row of v in registers), the delta rule's 32 columns (its two sums).
+template <class AdditiveArg, class DeltaArg>
+struct LevelTiles {
+  using Additive = AdditiveArg;
+  using Delta = DeltaArg;
+};
+using Avx512Tiles = LevelTiles<TileShape<16, 8>, TileShape<16, 2>>;  // 32 registers of 16
+using Avx2Tiles = LevelTiles<TileShape<8, 4>, TileShape<8, 4>>;      // 16 of 8
+// SSE2: 16 registers of 4 floats; NEON: 32.
+using Vector128Tiles = LevelTiles<TileShape<4, 4>, TileShape<4, 4>>;
+
+// Rows whose per-token factors are kept on the stack at once. Heads with more rows (rare:
+// models use K <= 256) recompute a block's factors for each tile and pass.
+constexpr int32_t kFactorRows = 512;
+
+// Per-row factors of one token for a block of rows: the decay a_i, and a_i k_i and a_i q_i,
+// with which the delta rule's sums read S' = Decay S straight from S.
+struct RowFactors {
+  float decay[kFactorRows];
+  float decayed_key[kFactorRows];
+  float decayed_query[kFactorRows];
+};
+
+// One token of one head, as the tile kernels read it.
+struct Token {
+  const float* q;  // [K]
+  const float* k;  // [K]
+  const float* v;  // [V]
+  const float* g;  // 1 or K log-decays, or nullptr
+  float beta;      // delta rule
+  float* o;        // [V]
+};
+
+// The factors of rows [first, first + count); a_i k_i and a_i q_i for the delta rule only.
+void ComputeFactors(GateKind gate, bool delta, const Token& token, int32_t first,
+                    int32_t count, RowFactors* factors) {
+  if (gate == GateKind::kVector) {
+    const float* g = token.g + first;
 #pragma omp simd
-      for (int32_t j = 0; j < width; ++j) {
-        const float s = a * row[j] + k_i * v_tile[j];
-        row[j] = s;
-        out[j] += q_i * s;
-      }
-    }
-    std::copy(out, out + width, o + j0);
+    for (int32_t i = 0; i < count; ++i) factors->decay[i] = VectorExp(g[i]);
+  } else {
+    const float a = gate == GateKind::kScalar ? std::exp(token.g[0]) : 1.0f;
+    std::fill(factors->decay, factors->decay + count, a);
+  }
+  if (!delta) return;
+  const float* q = token.q + first;
+  const float* k = token.k + first;
+#pragma omp simd
+  for (int32_t i = 0; i < count; ++i) {
+    factors->decayed_key[i] = factors->decay[i] * k[i];
+    factors->decayed_query[i] = factors->decay[i] * q[i];
   }
 }
 
-// S' = Decay S; u = beta (v - S'^T k); S = S' + k u^T; o = S^T q = S'^T q + (q . k) u.
-// Per column tile: pass 1 reads S for S'^T k and S'^T q (the decay folded into k and q),
-// pass 2 decays and writes the tile, which pass 1 left in cache.
-void DeltaToken(const RowDecays& decay, int32_t key_dim, int32_t value_dim, const float* q,
-                const float* k, const float* v, float beta, float* state, float* o) {
-  float qk = 0.0f;
-#pragma omp simd reduction(+ : qk)
-  for (int32_t i = 0; i < key_dim; ++i) qk += q[i] * k[i];
-  for (int32_t j0 = 0; j0 < value_dim; j0 += kColumnTile) {
-    const int32_t width = std::min(kColumnTile, value_dim - j0);
-    float u[kColumnTile] = {};
-    float p[kColumnTile] = {};
-    for (int32_t i = 0; i < key_dim; ++i) {
-      const float a = decay(i);
-      const float ak = a * k[i];
-      const float aq = a * q[i];
-      const float* row = state + static_cast<int64_t>(i) * value_dim + j0;
-#pragma omp simd
-      for (int32_t j = 0; j < width; ++j) {
-        u[j] += ak * row[j];
-        p[j] += aq * row[j];
+// Vectors move through memcpy (any alignment) and pointers: a vector returned by value
+// from a function built for another level would change the ABI.
+template <typename Vec>
+[[gnu::always_inline]] inline void Load(const float* p, Vec* x) {
+  std::memcpy(x, p, sizeof(Vec));
+}
+
+template <typename Vec>
+[[gnu::always_inline]] inline void Store(float* p, Vec x) {
+  std::memcpy(p, &x, sizeof(Vec));
+}
+
+// Prefetches the lines of `bytes` bytes at p into L2, where the next tile's first pass
+// reads them.
+[[gnu::always_inline]] inline void PrefetchRow(const float* p, int32_t bytes) {
+  for (int32_t offset = 0; offset < bytes; offset += 64) {
+    __builtin_prefetch(reinterpret_cast<const char*>(p) + offset, 0, 2);
+  }
+}
+
+// Runs kernel(column, width, vectors, prefetch_bytes) over one token's tiles: whole tiles
+// of the shape, then single vectors, then single columns; width and vectors are
+// std::integral_constant, prefetch_bytes what of each row of the next tile to prefetch.
+template <class Shape, class TileKernel>
+[[gnu::always_inline]] inline void ForEachTile(int32_t value_dim, TileKernel kernel) {
+  constexpr int32_t kWidth = Shape::kWidth;
+  constexpr int32_t kColumns = Shape::kColumns;
+  int32_t column = 0;
+  for (; column + kColumns <= value_dim; column += kColumns) {
+    const int32_t next = std::min(kColumns, value_dim - column - kColumns);
+    kernel(column, std::integral_constant<int32_t, kWidth>{},
+           std::integral_constant<int32_t, Shape::kVectors>{}, next * 4);
+  }
+  for (; column + kWidth <= value_dim; column += kWidth) {
+    kernel(column, std::integral_constant<int32_t, kWidth>{},
+           std::integral_constant<int32_t, 1>{}, 0);
+  }
+  for (; column < value_dim; ++column) {
+    kernel(column, std::integral_constant<int32_t, 1>{}, std::integral_constant<int32_t, 1>{},
+           0);
+  }
+}
+
+// Walks the rows in blocks of kFactorRows, computing each block's factors first unless the
+// whole head's are already there (factors_ready: K <= kFactorRows).
+struct FactorBlocks {
+  GateKind gate;
+  bool delta;
+  const Token* token;
+  int32_t key_dim;
+  bool factors_ready;
+  RowFactors* factors;
+
+  template <typename Body>
+  [[gnu::always_inline]] void ForEach(Body body) const {
+    for (int32_t first = 0; first < key_dim; first += kFactorRows) {
+      const int32_t count = std::min(kFactorRows, key_dim - first);
+      if (!factors_ready) ComputeFactors(gate, delta, *token, first, count, factors);
+      body(first, count);
+    }
+  }
+};
+
+// S[i, :] = a_i S[i, :] + k_i v; o = S^T q: one read-modify-write pass over each tile.
+template <int32_t kWidth, int32_t kVectors>
+[[gnu::always_inline]] inline void AdditiveTile(const FactorBlocks& blocks,
+                                                int32_t value_dim, int32_t column,
+                                                int32_t prefetch_bytes, float* state) {
+  using Vec = typename FloatVectorOf<kWidth>::Type;
+  const Token& token = *blocks.token;
+  const RowFactors& f = *blocks.factors;
+  Vec v[kVectors], out[kVectors];
+#pragma GCC unroll 8
+  for (int32_t c = 0; c < kVectors; ++c) {
+    Load(token.v + column + c * kWidth, &v[c]);
+    out[c] = Vec{};
+  }
+  blocks.ForEach([&](int32_t first, int32_t count) {
+    float* row = state + static_cast<int64_t>(first) * value_dim + column;
+    const float* k = token.k + first;
+    const float* q = token.q + first;
+    for (int32_t i = 0; i < count; ++i, row += value_dim) {
+      if (prefetch_bytes > 0) PrefetchRow(row + kWidth * kVectors, prefetch_bytes);
+      const float a = f.decay[i];
+#pragma GCC unroll 8
+      for (int32_t c = 0; c < kVectors; ++c) {
+        Vec s;
+        Load(row + c * kWidth, &s);
+        s = a * s + k[i] * v[c];
+        Store(row + c * kWidth, s);
+        out[c] += q[i] * s;
       }
     }
-    const float* v_tile = v + j0;
-#pragma omp simd
-    for (int32_t j = 0; j < width; ++j) u[j] = beta * (v_tile[j] - u[j]);
-    for (int32_t i = 0; i < key_dim; ++i) {
-      const float a = decay(i);
-      const float k_i = k[i];
-      float* row = state + static_cast<int64_t>(i) * value_dim + j0;
-#pragma omp simd
-      for (int32_t j = 0; j < width; ++j) row[j] = a * row[j] + k_i * u[j];
+  });
+#pragma GCC unroll 8
+  for (int32_t c = 0; c < kVectors; ++c) Store(token.o + column + c * kWidth, out[c]);
+}
+
+// S' = Decay S; u = beta (v - S'^T k); S = S' + k u^T; o = S^T q = S'^T q + (q . k) u.
+// Pass 1 reads the tile for S'^T k and S'^T q (the decay folded into k and q); pass 2
+// decays and writes it, last row first (see the top of the file).
+template <int32_t kWidth, int32_t kVectors>
+[[gnu::always_inline]] inline void DeltaTile(const FactorBlocks& blocks, int32_t value_dim,
+                                             int32_t column, int32_t prefetch_bytes,
+                                             float qk, float* state) {
+  using Vec = typename FloatVectorOf<kWidth>::Type;
+  const Token& token = *blocks.token;
+  const RowFactors& f = *blocks.factors;
+  Vec u[kVectors], p[kVectors];
+#pragma GCC unroll 8
+  for (int32_t c = 0; c < kVectors; ++c) u[c] = p[c] = Vec{};
+  blocks.ForEach([&](int32_t first, int32_t count) {
+    const float* row = state + static_cast<int64_t>(first) * value_dim + column;
+    for (int32_t i = 0; i < count; ++i, row += value_dim) {
+#pragma GCC unroll 8
+      for (int32_t c = 0; c < kVectors; ++c) {
+        Vec s;
+        Load(row + c * kWidth, &s);
+        u[c] += f.decayed_key[i] * s;
+        p[c] += f.decayed_query[i] * s;
+      }
     }
-    float* o_tile = o + j0;
-#pragma omp simd
-    for (int32_t j = 0; j < width; ++j) o_tile[j] = p[j] + qk * u[j];
+  });
+#pragma GCC unroll 8
+  for (int32_t c = 0; c < kVectors; ++c) {
+    Vec v;
+    Load(token.v + column + c * kWidth, &v);
+    u[c] = token.beta * (v - u[c]);
+  }
+  blocks.ForEach([&](int32_t first, int32_t count) {
+    const float* k = token.k + first;
+    float* row = state + static_cast<int64_t>(first + count - 1) * value_dim + column;
+    for (int32_t i = count - 1; i >= 0; --i, row -= value_dim) {
+      if (prefetch_bytes > 0) PrefetchRow(row + kWidth * kVectors, prefetch_bytes);
+      const float a = f.decay[i];
+#pragma GCC unroll 8
+      for (int32_t c = 0; c < kVectors; ++c) {
+        Vec s;
+        Load(row + c * kWidth, &s);
+        Store(row + c * kWidth, a * s + k[i] * u[c]);
+      }
+    }
+  });
+#pragma GCC unroll 8
+  for (int32_t c = 0; c < kVectors; ++c) {
+    Store(token.o + column + c * kWidth, p[c] + qk * u[c]);
   }
 }
 
@@ -127,28 +269,81 @@ void NormalizeToken(int32_t key_dim, int32_t value_dim, const float* q, const fl
   for (int32_t j = 0; j < value_dim; ++j) o[j] /= den;
 }
 
-}  // namespace
-
-LUMEN_CPU_KERNEL
-void RunRecurrent(const HeadRule& rule, const HeadSequence& seq, float* state,
-                  float* normalizer) {
+template <class Tiles>
+[[gnu::always_inline]] inline void RunTokens(const HeadRule& rule, const HeadSequence& seq,
+                                             float* state, float* normalizer) {
   const int32_t key_dim = seq.key_dim;
   const int32_t value_dim = seq.value_dim;
+  RowFactors factors;
+  FactorBlocks blocks{rule.gate, rule.delta, nullptr, key_dim, key_dim <= kFactorRows, &factors};
   for (int32_t t = 0; t < seq.num_tokens; ++t) {
-    const float* q = seq.q + t * seq.q_stride;  // [K]
-    const float* k = seq.k + t * seq.k_stride;  // [K]
-    const float* v = seq.v + t * seq.v_stride;  // [V]
-    const float* g = rule.gate == GateKind::kNone ? nullptr : seq.g + t * seq.g_stride;
-    float* o = seq.o + t * seq.o_stride;  // [V]
-    const RowDecays decay(rule.gate, key_dim, g);
+    Token token;
+    token.q = seq.q + t * seq.q_stride;
+    token.k = seq.k + t * seq.k_stride;
+    token.v = seq.v + t * seq.v_stride;
+    token.g = rule.gate == GateKind::kNone ? nullptr : seq.g + t * seq.g_stride;
+    token.beta = rule.delta ? seq.beta[t * seq.beta_stride] : 0.0f;
+    token.o = seq.o + t * seq.o_stride;
+    blocks.token = &token;
+    if (blocks.factors_ready) ComputeFactors(rule.gate, rule.delta, token, 0, key_dim, &factors);
     if (rule.delta) {
-      DeltaToken(decay, key_dim, value_dim, q, k, v, seq.beta[t * seq.beta_stride], state, o);
+      float qk = 0.0f;
+#pragma omp simd reduction(+ : qk)
+      for (int32_t i = 0; i < key_dim; ++i) qk += token.q[i] * token.k[i];
+      ForEachTile<typename Tiles::Delta>(value_dim, [&](int32_t column, auto width, auto vectors,
+                                        int32_t prefetch_bytes) {
+        DeltaTile<decltype(width)::value, decltype(vectors)::value>(blocks, value_dim, column, prefetch_bytes, qk, state);
+      });
     } else {
-      AdditiveToken(decay, key_dim, value_dim, q, k, v, state, o);
+      ForEachTile<typename Tiles::Additive>(value_dim, [&](int32_t column, auto width, auto vectors,
+                                        int32_t prefetch_bytes) {
+        AdditiveTile<decltype(width)::value, decltype(vectors)::value>(blocks, value_dim, column, prefetch_bytes, state);
+      });
     }
     if (rule.normalize) {
-      NormalizeToken(key_dim, value_dim, q, k, rule.normalize_eps, normalizer, o);
+      NormalizeToken(key_dim, value_dim, token.q, token.k, rule.normalize_eps, normalizer,
+                     token.o);
     }
+  }
+}
+
+// One build per SIMD level, each with the tile its registers hold.
+#if LUMEN_KERNEL_LEVELS
+LUMEN_KERNEL_AVX512
+void RunTokensAvx512(const HeadRule& rule, const HeadSequence& seq, float* state,
+                     float* normalizer) {
+  RunTokens<Avx512Tiles>(rule, seq, state, normalizer);
+}
+
+LUMEN_KERNEL_AVX2
+void RunTokensAvx2(const HeadRule& rule, const HeadSequence& seq, float* state,
+                   float* normalizer) {
+  RunTokens<Avx2Tiles>(rule, seq, state, normalizer);
+}
+#endif
+
+LUMEN_KERNEL_BASELINE
+void RunTokensBaseline(const HeadRule& rule, const HeadSequence& seq, float* state,
+                       float* normalizer) {
+  RunTokens<Vector128Tiles>(rule, seq, state, normalizer);
+}
+
+}  // namespace
+
+void RunRecurrent(const HeadRule& rule, const HeadSequence& seq, float* state,
+                  float* normalizer) {
+  switch (CpuKernelLevel()) {
+#if LUMEN_KERNEL_LEVELS
+    case KernelLevel::kAvx512:
+      RunTokensAvx512(rule, seq, state, normalizer);
+      return;
+    case KernelLevel::kAvx2:
+      RunTokensAvx2(rule, seq, state, normalizer);
+      return;
+#endif
+    default:
+      RunTokensBaseline(rule, seq, state, normalizer);
+      return;
   }
 }
 

@@ -409,6 +409,20 @@ TEST_CASE("Strides wider than a row are honoured", "[kernels][cpu]") {
   }
 }
 
+TEST_CASE("Heads wider than the recurrent form's factor block match the recurrence",
+          "[kernels][cpu]") {
+  // K = 600 rows exceed the 512 whose per-row decays the recurrent form keeps at once, so
+  // it computes them block by block; V = 37 leaves a partial tile at every SIMD level.
+  std::mt19937_64 rng(0x5eed0005);
+  ChunkWorkspace workspace;
+  for (const Config& config : AllConfigs()) {
+    const Problem p = MakeProblem(config, 5, 600, 37, rng);
+    const ReferenceResult ref = Reference(p);
+    INFO(config.name);
+    CheckAgainst(RunForm(Form::kRecurrent, p, 3, 0, &workspace), ref, kRecurrentBound);
+  }
+}
+
 TEST_CASE("An empty sequence leaves the state alone", "[kernels][cpu]") {
   std::mt19937_64 rng(0x5eed0004);
   ChunkWorkspace workspace;
