@@ -184,10 +184,11 @@ template <int32_t kWidth, int32_t kVectors>
     out[c] = Vec{};
   }
   blocks.ForEach([&](int32_t first, int32_t count) {
-    float* row = state + static_cast<int64_t>(first) * value_dim + column;
+    float* rows = state + static_cast<int64_t>(first) * value_dim + column;
     const float* k = token.k + first;
     const float* q = token.q + first;
-    for (int32_t i = 0; i < count; ++i, row += value_dim) {
+    for (int32_t i = 0; i < count; ++i) {
+      float* row = rows + static_cast<int64_t>(i) * value_dim;
       if (prefetch_bytes > 0) PrefetchRow(row + kWidth * kVectors, prefetch_bytes);
       const float a = f.decay[i];
 #pragma GCC unroll 8
@@ -218,8 +219,9 @@ template <int32_t kWidth, int32_t kVectors>
 #pragma GCC unroll 8
   for (int32_t c = 0; c < kVectors; ++c) u[c] = p[c] = Vec{};
   blocks.ForEach([&](int32_t first, int32_t count) {
-    const float* row = state + static_cast<int64_t>(first) * value_dim + column;
-    for (int32_t i = 0; i < count; ++i, row += value_dim) {
+    const float* rows = state + static_cast<int64_t>(first) * value_dim + column;
+    for (int32_t i = 0; i < count; ++i) {
+      const float* row = rows + static_cast<int64_t>(i) * value_dim;
 #pragma GCC unroll 8
       for (int32_t c = 0; c < kVectors; ++c) {
         Vec s;
@@ -237,8 +239,9 @@ template <int32_t kWidth, int32_t kVectors>
   }
   blocks.ForEach([&](int32_t first, int32_t count) {
     const float* k = token.k + first;
-    float* row = state + static_cast<int64_t>(first + count - 1) * value_dim + column;
-    for (int32_t i = count - 1; i >= 0; --i, row -= value_dim) {
+    float* rows = state + static_cast<int64_t>(first) * value_dim + column;
+    for (int32_t i = count - 1; i >= 0; --i) {
+      float* row = rows + static_cast<int64_t>(i) * value_dim;
       if (prefetch_bytes > 0) PrefetchRow(row + kWidth * kVectors, prefetch_bytes);
       const float a = f.decay[i];
 #pragma GCC unroll 8
