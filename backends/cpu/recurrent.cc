@@ -170,7 +170,8 @@ struct FactorBlocks {
 };
 
 // S[i, :] = a_i S[i, :] + k_i v; o = S^T q: one read-modify-write pass over each tile.
-template <int32_t kWidth, int32_t kVectors>
+// kDecays false: every a_i is 1 (no gate), and the multiply is skipped.
+template <int32_t kWidth, int32_t kVectors, bool kDecays>
 [[gnu::always_inline]] inline void AdditiveTile(const FactorBlocks& blocks,
                                                 int32_t value_dim, int32_t column,
                                                 int32_t prefetch_bytes, float* state) {
@@ -195,7 +196,7 @@ template <int32_t kWidth, int32_t kVectors>
       for (int32_t c = 0; c < kVectors; ++c) {
         Vec s;
         Load(row + c * kWidth, &s);
-        s = a * s + k[i] * v[c];
+        s = (kDecays ? a * s : s) + k[i] * v[c];
         Store(row + c * kWidth, s);
         out[c] += q[i] * s;
       }
@@ -207,8 +208,8 @@ template <int32_t kWidth, int32_t kVectors>
 
 // S' = Decay S; u = beta (v - S'^T k); S = S' + k u^T; o = S^T q = S'^T q + (q . k) u.
 // Pass 1 reads the tile for S'^T k and S'^T q (the decay folded into k and q); pass 2
-// decays and writes it, last row first (see the top of the file).
-template <int32_t kWidth, int32_t kVectors>
+// decays and writes it, last row first (see the top of the file). kDecays as above.
+template <int32_t kWidth, int32_t kVectors, bool kDecays>
 [[gnu::always_inline]] inline void DeltaTile(const FactorBlocks& blocks, int32_t value_dim,
                                              int32_t column, int32_t prefetch_bytes,
                                              float qk, float* state) {
@@ -248,7 +249,7 @@ template <int32_t kWidth, int32_t kVectors>
       for (int32_t c = 0; c < kVectors; ++c) {
         Vec s;
         Load(row + c * kWidth, &s);
-        Store(row + c * kWidth, a * s + k[i] * u[c]);
+        Store(row + c * kWidth, (kDecays ? a * s : s) + k[i] * u[c]);
       }
     }
   });
@@ -278,7 +279,8 @@ template <class Tiles>
   const int32_t key_dim = seq.key_dim;
   const int32_t value_dim = seq.value_dim;
   RowFactors factors;
-  FactorBlocks blocks{rule.gate, rule.delta, nullptr, key_dim, key_dim <= kFactorRows, &factors};
+  FactorBlocks blocks{rule.gate, rule.delta, nullptr, key_dim, key_dim <= kFactorRows,
+                      &factors};
   for (int32_t t = 0; t < seq.num_tokens; ++t) {
     Token token;
     token.q = seq.q + t * seq.q_stride;
@@ -288,19 +290,36 @@ template <class Tiles>
     token.beta = rule.delta ? seq.beta[t * seq.beta_stride] : 0.0f;
     token.o = seq.o + t * seq.o_stride;
     blocks.token = &token;
-    if (blocks.factors_ready) ComputeFactors(rule.gate, rule.delta, token, 0, key_dim, &factors);
+    if (blocks.factors_ready) {
+      ComputeFactors(rule.gate, rule.delta, token, 0, key_dim, &factors);
+    }
+    const bool decays = rule.gate != GateKind::kNone;
     if (rule.delta) {
       float qk = 0.0f;
 #pragma omp simd reduction(+ : qk)
       for (int32_t i = 0; i < key_dim; ++i) qk += token.q[i] * token.k[i];
-      ForEachTile<typename Tiles::Delta>(value_dim, [&](int32_t column, auto width, auto vectors,
-                                        int32_t prefetch_bytes) {
-        DeltaTile<decltype(width)::value, decltype(vectors)::value>(blocks, value_dim, column, prefetch_bytes, qk, state);
+      ForEachTile<typename Tiles::Delta>(value_dim, [&](int32_t column, auto width,
+                                                        auto vectors, int32_t prefetch_bytes) {
+        constexpr int32_t kWidth = decltype(width)::value;
+        constexpr int32_t kVectors = decltype(vectors)::value;
+        if (decays) {
+          DeltaTile<kWidth, kVectors, true>(blocks, value_dim, column, prefetch_bytes, qk, state);
+        } else {
+          DeltaTile<kWidth, kVectors, false>(blocks, value_dim, column, prefetch_bytes, qk,
+                                             state);
+        }
       });
     } else {
-      ForEachTile<typename Tiles::Additive>(value_dim, [&](int32_t column, auto width, auto vectors,
-                                        int32_t prefetch_bytes) {
-        AdditiveTile<decltype(width)::value, decltype(vectors)::value>(blocks, value_dim, column, prefetch_bytes, state);
+      ForEachTile<typename Tiles::Additive>(value_dim, [&](int32_t column, auto width,
+                                                           auto vectors, int32_t prefetch_bytes) {
+        constexpr int32_t kWidth = decltype(width)::value;
+        constexpr int32_t kVectors = decltype(vectors)::value;
+        if (decays) {
+          AdditiveTile<kWidth, kVectors, true>(blocks, value_dim, column, prefetch_bytes, state);
+        } else {
+          AdditiveTile<kWidth, kVectors, false>(blocks, value_dim, column, prefetch_bytes,
+                                                state);
+        }
       });
     }
     if (rule.normalize) {
