@@ -1196,6 +1196,395 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
     }
   }
 }
+
+// ---------------------------------------------------------------------------------------
+// Launch 1 on the tensor cores (NVIDIA builds that take the split walk: K <= 128, no
+// normalizer), one block of four warps per (sequence, chunk, value head). Warp w owns
+// sub-chunk w, rows 16 w .. 16 w + 15 of P and A.
+//   Scores: P = Q K^T and A = K K^T in 3xTF32 mma over the whole key dimension, staged once.
+//     Scalar or no decay: the products over s < 16 (w + 1), the factors exp(b_t - b_s) applied
+//     to the sums. Per-channel decay: the pairs of earlier sub-chunks as mma products of
+//     operands scaled against the boundary r = b_{16 w - 1} as the fragments are built,
+//     q_t exp(b_t - r) and k_s exp(r - b_s) (both factors <= 1); the diagonal 16 x 16 block,
+//     where no boundary lies between t and s, on the SIMT cores with each term's own
+//     exp(b_t - b_s), its 8 x 8 block above the diagonal skipped.
+//   The delta rule's UT transform, blocked as flash-linear-attention's solve_tril: each warp
+//     inverts its diagonal block D_w = (I + A_ww)^-1 by forward substitution, then every
+//     8-column tile of the right-hand sides R = diag(beta) [K ⊙ exp(b) | V] is solved block
+//     row by block row, X_i = D_i (R_i - sum_{j<i} A_ij X_j), both products in 3xTF32 mma.
+//     A warp owns whole column tiles, so the solve needs no block barrier.
+
+constexpr int kIntraTensorBlocksPerSm = 2;
+constexpr int kSolveTile = 64;                  // value columns per pass of the solve
+constexpr int kSolveStride = kSolveTile + 8;    // B operand rows: conflict-free fragments
+constexpr int kSquareFloats = kChunk * kSquareStride;       // A, read as the A operand
+constexpr int kInverseStride = kSubChunk + 4;               // D_i, read as the A operand
+constexpr int kInverseFloats = kChunk * kInverseStride;
+
+// Where IntraChunkTensorKernel keeps its operands in dynamic shared memory (floats): q, then a
+// tile of beta V; k, then the right-hand sides and W; b per channel, then A and D.
+struct IntraTensorShared {
+  int key_stride = 0;   // row stride of q, k and b: the keys padded to whole mma steps, + 4
+  int keys = 0;         // offset of k
+  int third = 0;        // offset of b / A
+  int total = 0;
+};
+
+__host__ __device__ inline IntraTensorShared IntraTensorSharedLayout(int32_t key_dim,
+                                                                      Decay decay, bool delta) {
+  IntraTensorShared layout;
+  layout.key_stride = (key_dim + 7) / 8 * 8 + 4;
+  const int rows = kChunk * layout.key_stride;
+  const int solve = delta ? kSquareFloats + kInverseFloats : 0;
+  layout.keys = delta && kSolveStride > layout.key_stride ? kChunk * kSolveStride : rows;
+  layout.third = layout.keys + rows;
+  const int third = decay == Decay::kPerChannel ? (rows > solve ? rows : solve) : solve;
+  layout.total = layout.third + third;
+  return layout;
+}
+
+// Copies chunk rows [0, kChunk) x columns [0, padded) of `source` (row stride `source_row`)
+// to shared memory, entries at or past `rows` or `columns` zero. As StageTile: the caller
+// waits (CopyAsyncWaitAll) and then needs a barrier.
+__device__ __forceinline__ void StageChunkRows(const float* source, int64_t source_row,
+                                               int rows, int columns, int padded,
+                                               float* target, int target_row, bool quads) {
+  const int width = quads ? 4 : 1;
+  const int per_row = padded / width;
+  for (int e = threadIdx.x; e < kChunk * per_row; e += blockDim.x) {
+    const int r = e / per_row;
+    const int c = width * (e % per_row);
+    float* to = target + r * target_row + c;
+    const bool inside = r < rows && c < columns;
+    if (quads) {
+      if (inside) {
+        CopyAsync<16>(to, source + r * source_row + c);
+      } else {
+        *reinterpret_cast<float4*>(to) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    } else if (inside) {
+      CopyAsync<4>(to, source + r * source_row + c);
+    } else {
+      *to = 0.0f;
+    }
+  }
+}
+
+// The diagonal block of sub-chunk `row0 / 16` with per-channel decays, in the accumulator
+// layout of its two 8-column mma tiles: p[h] and a[h] are tile h (columns row0 + 8 h ..).
+// Entries (h = 1, e < 2) lie above the diagonal for every lane and stay zero.
+template <bool kDelta>
+__device__ __forceinline__ void DiagonalScores(const float* q, const float* k, const float* b,
+                                               int stride, int columns, int row0,
+                                               float (&p)[2][4], float (&a)[2][4]) {
+  const int g = threadIdx.x % kWarpSize / 4;
+  const int j = threadIdx.x % 4;
+  const int rows[2] = {row0 + g, row0 + g + 8};
+  const int cols[4] = {row0 + 2 * j, row0 + 2 * j + 1, row0 + 8 + 2 * j, row0 + 9 + 2 * j};
+#pragma unroll 1
+  for (int c = 0; c < columns; c += 4) {
+    float4 qt[2], kt[2], bt[2], ks[4], bs[4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      qt[r] = *reinterpret_cast<const float4*>(q + rows[r] * stride + c);
+      bt[r] = *reinterpret_cast<const float4*>(b + rows[r] * stride + c);
+      if (kDelta) kt[r] = *reinterpret_cast<const float4*>(k + rows[r] * stride + c);
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      ks[s] = *reinterpret_cast<const float4*>(k + cols[s] * stride + c);
+      bs[s] = *reinterpret_cast<const float4*>(b + cols[s] * stride + c);
+    }
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (h == 1 && e < 2) continue;
+          const int r = e / 2;
+          const int s = 2 * h + e % 2;
+          // Pairs with s > t are masked later; the clamp keeps their factor finite.
+          const float factor = __expf(fminf(reinterpret_cast<const float*>(&bt[r])[x] -
+                                                reinterpret_cast<const float*>(&bs[s])[x],
+                                            0.0f));
+          const float key = reinterpret_cast<const float*>(&ks[s])[x] * factor;
+          p[h][e] = fmaf(reinterpret_cast<const float*>(&qt[r])[x], key, p[h][e]);
+          if (kDelta) a[h][e] = fmaf(reinterpret_cast<const float*>(&kt[r])[x], key, a[h][e]);
+        }
+      }
+    }
+  }
+}
+
+// Solves (I + A) X = R in place for the 8-column tiles n = warp + kTensorWarps i < tiles of
+// `x` (row stride `stride`), block row by block row; `a` holds A (stride kSquareStride),
+// `inverse` the diagonal blocks' inverses D_i (stride kInverseStride). Each warp touches only
+// its own columns.
+template <int kTilesPerWarp>
+__device__ __forceinline__ void SolveColumns(float* x, int stride, int tiles, const float* a,
+                                             const float* inverse) {
+  const int warp = threadIdx.x / kWarpSize;
+  const int g = threadIdx.x % kWarpSize / 4;
+  const int j = threadIdx.x % 4;
+  auto entry = [&](int row, int tile, int e) {
+    return (row + g + 8 * (e / 2)) * stride + 8 * (warp + kTensorWarps * tile) + 2 * j + e % 2;
+  };
+#pragma unroll
+  for (int i = 0; i < kSubChunks; ++i) {
+    float sum[kTilesPerWarp][4] = {};
+#pragma unroll
+    for (int k0 = 0; k0 < kSubChunk * i; k0 += 8) {
+      const FragmentA fa = MakeFragmentA(
+          [&](int r, int c) { return a[(kSubChunk * i + r) * kSquareStride + k0 + c]; });
+#pragma unroll
+      for (int tile = 0; tile < kTilesPerWarp; ++tile) {
+        const int n = warp + kTensorWarps * tile;
+        if (n >= tiles) break;
+        const FragmentB fb =
+            MakeFragmentB([&](int r, int c) { return x[(k0 + r) * stride + 8 * n + c]; });
+        MmaTf32x3(sum[tile], fa, fb);
+      }
+    }
+#pragma unroll
+    for (int tile = 0; tile < kTilesPerWarp; ++tile) {
+      if (warp + kTensorWarps * tile >= tiles) break;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[entry(kSubChunk * i, tile, e)] -= sum[tile][e];
+    }
+    __syncwarp();
+    float solved[kTilesPerWarp][4] = {};
+#pragma unroll
+    for (int k0 = 0; k0 < kSubChunk; k0 += 8) {
+      const FragmentA fa = MakeFragmentA([&](int r, int c) {
+        return inverse[(kSubChunk * i + r) * kInverseStride + k0 + c];
+      });
+#pragma unroll
+      for (int tile = 0; tile < kTilesPerWarp; ++tile) {
+        const int n = warp + kTensorWarps * tile;
+        if (n >= tiles) break;
+        const FragmentB fb = MakeFragmentB(
+            [&](int r, int c) { return x[(kSubChunk * i + k0 + r) * stride + 8 * n + c]; });
+        MmaTf32x3(solved[tile], fa, fb);
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int tile = 0; tile < kTilesPerWarp; ++tile) {
+      if (warp + kTensorWarps * tile >= tiles) break;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[entry(kSubChunk * i, tile, e)] = solved[tile][e];
+    }
+    __syncwarp();
+  }
+}
+
+template <Decay kDecay, bool kDelta>
+__global__ void __launch_bounds__(kInterThreads, kIntraTensorBlocksPerSm)
+IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
+                       float* scratch) {
+  extern __shared__ __align__(16) float shared[];
+  __shared__ float decay[kChunk];  // b_t, scalar decay
+  __shared__ float beta[kChunk];
+  __shared__ float totals[kChunk];
+  constexpr bool kChannels = kDecay == Decay::kPerChannel;
+
+  const int32_t num_value_heads = args.num_value_heads;
+  const int32_t value_head = blockIdx.x % num_value_heads;
+  const int32_t local_sequence = blockIdx.x / num_value_heads;
+  const int32_t local_chunk = blockIdx.y;
+  ChunkSpan span;
+  if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) return;
+  float* slot = SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
+  const int32_t key_dim = args.key_dim;
+  const int32_t value_dim = args.value_dim;
+  const int32_t length = span.length;
+  const int32_t head = value_head / (num_value_heads / args.num_heads);
+  const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
+  const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+  const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+  const IntraTensorShared regions = IntraTensorSharedLayout(key_dim, kDecay, kDelta);
+  const int stride = regions.key_stride;
+  const int padded = stride - 4;
+  float* q_s = shared;                   // [C, stride] q; then a tile of beta V
+  float* k_s = shared + regions.keys;    // [C, stride] k; then beta K ⊙ exp(b), then W
+  float* b_s = shared + regions.third;   // [C, stride] b_t per channel; then A
+  float* inverse = b_s + kSquareFloats;  // [C, kInverseStride] D_i, block row i
+
+  LoadTokenScalars<kDecay, kDelta>(args, span, value_head, decay, beta, totals);
+  if (kDecay == Decay::kScalar && threadIdx.x < kChunk) {
+    slot[layout.token_decay + threadIdx.x] = decay[threadIdx.x];  // b_t for launch 3a
+  }
+  const bool quads = QuadAligned(args.q + head * key_dim, qk_row, key_dim) &&
+                     QuadAligned(args.k + head * key_dim, qk_row, key_dim);
+  StageChunkRows(q, qk_row, length, key_dim, padded, q_s, stride, quads);
+  StageChunkRows(k, qk_row, length, key_dim, padded, k_s, stride, quads);
+  if (kChannels) {  // b_t, one column per thread, the reads of 16 tokens in flight
+    for (int c = threadIdx.x; c < padded; c += blockDim.x) {
+      float running = 0.0f;
+#pragma unroll
+      for (int t0 = 0; t0 < kChunk; t0 += 16) {
+        float g[16];
+#pragma unroll
+        for (int t = 0; t < 16; ++t) g[t] = FetchLogDecay(args, span, value_head, 0, t0 + t, c);
+#pragma unroll
+        for (int t = 0; t < 16; ++t) {
+          running += g[t];
+          b_s[(t0 + t) * stride + c] = running;
+        }
+      }
+    }
+  }
+  CopyAsyncWaitAll();
+  __syncthreads();
+  if (kChannels) {  // K^ = K ⊙ exp(b_C - b) and b_C for launch 3a
+    for (int e = threadIdx.x; e < kChunk * key_dim; e += blockDim.x) {
+      const int t = e / key_dim;
+      const int c = e % key_dim;
+      const float end = b_s[(length - 1) * stride + c];
+      slot[layout.key_end + e] =
+          t < length ? k_s[t * stride + c] * __expf(end - b_s[t * stride + c]) : 0.0f;
+      if (t == 0) slot[layout.decay_end + c] = end;
+    }
+  }
+
+  // Scores. p[n] and a[n] are the 8-column tiles n of this warp's rows.
+  const int warp = threadIdx.x / kWarpSize;
+  const int g = threadIdx.x % kWarpSize / 4;
+  const int j = threadIdx.x % 4;
+  const int row0 = kSubChunk * warp;
+  const int product_tiles = kChannels ? 2 * warp : 2 * warp + 2;  // tiles from the mma
+  float p[2 * kSubChunks][4] = {};
+  float a[2 * kSubChunks][4] = {};
+  float p_diagonal[2][4] = {};
+  float a_diagonal[2][4] = {};
+  if (kChannels) DiagonalScores<kDelta>(q_s, k_s, b_s, stride, padded, row0, p_diagonal, a_diagonal);
+  const float* reference = b_s + (row0 > 0 ? row0 - 1 : 0) * stride;  // r, per-channel decay
+#pragma unroll 1
+  for (int c0 = 0; c0 < padded; c0 += 8) {
+    if (product_tiles == 0) break;
+    auto operand_a = [&](const float* source) {
+      return MakeFragmentA([&](int r, int c) {
+        const int i = (row0 + r) * stride + c0 + c;
+        if (!kChannels) return source[i];
+        return source[i] * __expf(b_s[i] - reference[c0 + c]);
+      });
+    };
+    const FragmentA qa = operand_a(q_s);
+    FragmentA ka;
+    if (kDelta) ka = operand_a(k_s);
+#pragma unroll
+    for (int n = 0; n < 2 * kSubChunks; ++n) {
+      if (n >= product_tiles) break;
+      const FragmentB kb = MakeFragmentB([&](int r, int c) {
+        const int i = (8 * n + c) * stride + c0 + r;
+        if (!kChannels) return k_s[i];
+        return k_s[i] * __expf(reference[c0 + r] - b_s[i]);
+      });
+      MmaTf32x3(p[n], qa, kb);
+      if (kDelta) MmaTf32x3(a[n], ka, kb);
+    }
+  }
+
+  // Mask, apply the scalar decay factors, store P; a[n] becomes this warp's rows of A.
+  float* scores = slot + layout.scores;
+#pragma unroll
+  for (int n = 0; n < 2 * kSubChunks; ++n) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int t = row0 + g + 8 * half;
+      float values[2];
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        const int e = 2 * half + x;
+        const int s = 8 * n + 2 * j + x;
+        float pv = 0.0f;
+        float av = 0.0f;
+        if (n < product_tiles) {
+          pv = p[n][e];
+          av = a[n][e];
+        } else if (kChannels && n < product_tiles + 2) {
+          pv = p_diagonal[n % 2][e];
+          av = a_diagonal[n % 2][e];
+        }
+        float factor = 1.0f;
+        if (kDecay == Decay::kScalar && s <= t) factor = __expf(decay[t] - decay[s]);
+        values[x] = s <= t && t < length ? pv * factor : 0.0f;
+        a[n][e] = s < t && t < length ? beta[t] * av * factor : 0.0f;
+      }
+      *reinterpret_cast<float2*>(&scores[t * kChunk + 8 * n + 2 * j]) =
+          make_float2(values[0], values[1]);
+    }
+  }
+  if (!kDelta) return;
+
+  // The UT transform. First the right-hand sides of the key columns, in place of K.
+  __syncthreads();  // every read of q, k and b by the scores is done
+  for (int e = threadIdx.x; e < kChunk * padded; e += blockDim.x) {
+    const int t = e / padded;
+    const int i = t * stride + e % padded;
+    float factor = beta[t];
+    if (kDecay == Decay::kScalar) factor *= __expf(decay[t]);
+    if (kChannels) factor *= __expf(b_s[i]);
+    k_s[i] *= factor;
+  }
+  __syncthreads();  // b is free: A takes its place
+  float* a_s = b_s;
+#pragma unroll
+  for (int n = 0; n < 2 * kSubChunks; ++n) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      *reinterpret_cast<float2*>(&a_s[(row0 + g + 8 * half) * kSquareStride + 8 * n + 2 * j]) =
+          make_float2(a[n][2 * half], a[n][2 * half + 1]);
+    }
+  }
+  __syncthreads();
+  // D_w = (I + A_ww)^-1 by forward substitution, one column per lane.
+  const int lane = threadIdx.x % kWarpSize;
+  if (lane < kSubChunk) {
+    float column[kSubChunk];
+#pragma unroll
+    for (int r = 0; r < kSubChunk; ++r) {
+      float sum = r == lane ? 1.0f : 0.0f;
+#pragma unroll
+      for (int u = 0; u < r; ++u) {
+        sum = fmaf(-a_s[(row0 + r) * kSquareStride + row0 + u], column[u], sum);
+      }
+      column[r] = sum;
+    }
+#pragma unroll
+    for (int r = 0; r < kSubChunk; ++r) inverse[(row0 + r) * kInverseStride + lane] = column[r];
+  }
+  __syncthreads();
+  SolveColumns<kRegisterWalkMaxKeys / 8 / kTensorWarps>(k_s, stride, padded / 8, a_s, inverse);
+  __syncthreads();
+  float* w = slot + layout.keys;
+  for (int e = threadIdx.x; e < kChunk * key_dim; e += blockDim.x) {
+    w[e] = k_s[(e / key_dim) * stride + e % key_dim];
+  }
+  const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
+  const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+  float* u = slot + layout.values;
+  float* tile = q_s;  // [C, kSolveStride]
+  for (int32_t v0 = 0; v0 < value_dim; v0 += kSolveTile) {
+    const int columns = value_dim - v0 < kSolveTile ? value_dim - v0 : kSolveTile;
+    __syncthreads();  // the tile's space is free
+    ForEachInTile<kSolveTile, kInterThreads>(
+        [&](int t, int c) {
+          return t < length && c < columns ? beta[t] * __ldg(v + t * v_row + v0 + c) : 0.0f;
+        },
+        [&](int t, int c, float value) { tile[t * kSolveStride + c] = value; });
+    __syncthreads();
+    SolveColumns<kSolveTile / 8 / kTensorWarps>(tile, kSolveStride, kSolveTile / 8, a_s,
+                                                inverse);
+    __syncthreads();
+    for (int e = threadIdx.x; e < kChunk * columns; e += blockDim.x) {
+      const int t = e / columns;
+      const int c = e % columns;
+      u[t * value_dim + v0 + c] = tile[t * kSolveStride + c];
+    }
+  }
+}
 #endif  // LUMEN_GPU_NVIDIA_PATHS
 
 // ---------------------------------------------------------------------------------------
@@ -1290,14 +1679,36 @@ cudaError_t PreferSharedMemory() {
   return status;
 }
 
+#if LUMEN_GPU_NVIDIA_PATHS
+// Raises a kernel's dynamic shared-memory limit to `bytes`, once per kernel (the largest any
+// shape of its dispatch asks for).
+template <auto kKernel>
+cudaError_t AllowDynamicSharedMemory(int bytes) {
+  static const cudaError_t status = cudaFuncSetAttribute(
+      reinterpret_cast<const void*>(kKernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  return status;
+}
+#endif
+
 template <Decay kDecay, bool kDelta, bool kNormalize>
 cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scratch,
                          cudaStream_t stream) {
   const SlotLayout& layout = plan.layout;
   const bool split = UsesSplitWalk(args);
-  cudaError_t status = PreferSharedMemory<IntraChunkKernel<kDecay, kDelta, kNormalize>>();
+  cudaError_t status = cudaSuccess;
+  if (!split) status = PreferSharedMemory<IntraChunkKernel<kDecay, kDelta, kNormalize>>();
 #if LUMEN_GPU_NVIDIA_PATHS
+  const int intra_bytes =
+      IntraTensorSharedLayout(args.key_dim, kDecay, kDelta).total * static_cast<int>(sizeof(float));
   if constexpr (!kNormalize) {
+    if (split && status == cudaSuccess) {
+      status = PreferSharedMemory<IntraChunkTensorKernel<kDecay, kDelta>>();
+    }
+    if (split && status == cudaSuccess) {
+      status = AllowDynamicSharedMemory<IntraChunkTensorKernel<kDecay, kDelta>>(
+          IntraTensorSharedLayout(kRegisterWalkMaxKeys, kDecay, kDelta).total *
+          static_cast<int>(sizeof(float)));
+    }
     if (split && status == cudaSuccess) {
       status = PreferSharedMemory<StateWalkTensorKernel<kDecay, kDelta>>();
     }
@@ -1320,14 +1731,26 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
       const Round round{first_sequence, first_chunk};
       const int32_t chunks = std::min(layout.chunks_per_round, plan.max_chunks - first_chunk);
       const dim3 intra_grid(sequences * args.num_value_heads, chunks);
-      IntraChunkKernel<kDecay, kDelta, kNormalize>
-          <<<intra_grid, kIntraThreads, 0, stream>>>(args, layout, round, scratch);
+      bool launched = false;
+#if LUMEN_GPU_NVIDIA_PATHS
+      if constexpr (!kNormalize) {
+        if (split) {
+          IntraChunkTensorKernel<kDecay, kDelta>
+              <<<intra_grid, kInterThreads, intra_bytes, stream>>>(args, layout, round, scratch);
+          launched = true;
+        }
+      }
+#endif
+      if (!launched) {
+        IntraChunkKernel<kDecay, kDelta, kNormalize>
+            <<<intra_grid, kIntraThreads, 0, stream>>>(args, layout, round, scratch);
+      }
       if (kNormalize) {
         NormalizerPrefixKernel<<<sequences * args.num_value_heads, 128, 0, stream>>>(
             args, layout, round, scratch);
       }
       const int32_t walks = sequences * args.num_value_heads * value_tiles;
-      bool launched = false;
+      launched = false;
 #if LUMEN_GPU_NVIDIA_PATHS
       if constexpr (!kNormalize) {
         if (split) {
