@@ -1330,10 +1330,10 @@ __device__ __forceinline__ void SolveColumns(float* x, int stride, int tiles, co
   auto entry = [&](int row, int tile, int e) {
     return (row + g + 8 * (e / 2)) * stride + 8 * (warp + kTensorWarps * tile) + 2 * j + e % 2;
   };
-#pragma unroll
+#pragma unroll 1
   for (int i = 0; i < kSubChunks; ++i) {
     float sum[kTilesPerWarp][4] = {};
-#pragma unroll
+#pragma unroll 1
     for (int k0 = 0; k0 < kSubChunk * i; k0 += 8) {
       const FragmentA fa = MakeFragmentA(
           [&](int r, int c) { return a[(kSubChunk * i + r) * kSquareStride + k0 + c]; });
@@ -1379,6 +1379,39 @@ __device__ __forceinline__ void SolveColumns(float* x, int stride, int tiles, co
   }
 }
 
+// Calls f(t, c) for each quad of columns c, c + 1, c + 2, c + 3 < `columns` (a multiple of 4)
+// of every chunk row t: warp w takes rows w, w + kTensorWarps, ..., each lane a quad, so
+// neither index needs a division.
+template <typename Quad>
+__device__ __forceinline__ void ForEachQuad(int columns, Quad f) {
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll 4
+  for (int t = warp; t < kChunk; t += kTensorWarps) {
+    for (int c = 4 * lane; c < columns; c += 4 * kWarpSize) f(t, c);
+  }
+}
+
+// The score tiles (16 rows x 8 columns) that the mma computes: row block r holds tiles
+// 0 .. 2 r + 1 (per-channel decay: 0 .. 2 r - 1, the diagonal block being computed apart),
+// listed from the last row block on and dealt out evenly, kScoreItems to a warp, so that the
+// warps' shares of the triangle are equal.
+template <bool kChannels>
+constexpr int kScoreItems = (kChannels ? 12 : 20) / kTensorWarps;
+
+template <bool kChannels>
+__device__ __forceinline__ void ScoreTile(int index, int& row_block, int& tile) {
+  int r = kSubChunks - 1;
+  int tiles = 2 * r + (kChannels ? 0 : 2);
+  while (index >= tiles) {
+    index -= tiles;
+    --r;
+    tiles = 2 * r + (kChannels ? 0 : 2);
+  }
+  row_block = r;
+  tile = index;
+}
+
 template <Decay kDecay, bool kDelta>
 __global__ void __launch_bounds__(kInterThreads, kIntraTensorBlocksPerSm)
 IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
@@ -1388,6 +1421,7 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
   __shared__ float beta[kChunk];
   __shared__ float totals[kChunk];
   constexpr bool kChannels = kDecay == Decay::kPerChannel;
+  constexpr int kItems = kScoreItems<kChannels>;
 
   const int32_t num_value_heads = args.num_value_heads;
   const int32_t value_head = blockIdx.x % num_value_heads;
@@ -1438,104 +1472,159 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
   CopyAsyncWaitAll();
   __syncthreads();
   if (kChannels) {  // K^ = K ⊙ exp(b_C - b) and b_C for launch 3a
-    for (int e = threadIdx.x; e < kChunk * key_dim; e += blockDim.x) {
-      const int t = e / key_dim;
-      const int c = e % key_dim;
-      const float end = b_s[(length - 1) * stride + c];
-      slot[layout.key_end + e] =
-          t < length ? k_s[t * stride + c] * __expf(end - b_s[t * stride + c]) : 0.0f;
-      if (t == 0) slot[layout.decay_end + c] = end;
-    }
+    const float* end = b_s + (length - 1) * stride;
+    ForEachQuad(padded, [&](int t, int c) {
+      const float4 kq = *reinterpret_cast<const float4*>(k_s + t * stride + c);
+      const float4 bq = *reinterpret_cast<const float4*>(b_s + t * stride + c);
+      const float4 eq = *reinterpret_cast<const float4*>(end + c);
+      const float kv[4] = {kq.x, kq.y, kq.z, kq.w};
+      const float bv[4] = {bq.x, bq.y, bq.z, bq.w};
+      const float ev[4] = {eq.x, eq.y, eq.z, eq.w};
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        if (c + x >= key_dim) break;
+        slot[layout.key_end + t * key_dim + c + x] =
+            t < length ? kv[x] * __expf(ev[x] - bv[x]) : 0.0f;
+        if (t == 0) slot[layout.decay_end + c + x] = ev[x];
+      }
+    });
   }
 
-  // Scores. p[n] and a[n] are the 8-column tiles n of this warp's rows.
+  // Scores: this warp's kItems tiles by mma, and for per-channel decay its own row block's
+  // diagonal block on the SIMT cores.
   const int warp = threadIdx.x / kWarpSize;
   const int g = threadIdx.x % kWarpSize / 4;
   const int j = threadIdx.x % 4;
   const int row0 = kSubChunk * warp;
-  const int product_tiles = kChannels ? 2 * warp : 2 * warp + 2;  // tiles from the mma
-  float p[2 * kSubChunks][4] = {};
-  float a[2 * kSubChunks][4] = {};
+  int item_row[kItems];
+  int item_tile[kItems];
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) ScoreTile<kChannels>(kItems * warp + i, item_row[i], item_tile[i]);
+  float p[kItems][4] = {};
+  float a[kItems][4] = {};
   float p_diagonal[2][4] = {};
   float a_diagonal[2][4] = {};
   if (kChannels) DiagonalScores<kDelta>(q_s, k_s, b_s, stride, padded, row0, p_diagonal, a_diagonal);
-  const float* reference = b_s + (row0 > 0 ? row0 - 1 : 0) * stride;  // r, per-channel decay
 #pragma unroll 1
   for (int c0 = 0; c0 < padded; c0 += 8) {
-    if (product_tiles == 0) break;
-    auto operand_a = [&](const float* source) {
-      return MakeFragmentA([&](int r, int c) {
-        const int i = (row0 + r) * stride + c0 + c;
-        if (!kChannels) return source[i];
-        return source[i] * __expf(b_s[i] - reference[c0 + c]);
-      });
-    };
-    const FragmentA qa = operand_a(q_s);
-    FragmentA ka;
-    if (kDelta) ka = operand_a(k_s);
+    FragmentA qa, ka;
 #pragma unroll
-    for (int n = 0; n < 2 * kSubChunks; ++n) {
-      if (n >= product_tiles) break;
+    for (int i = 0; i < kItems; ++i) {
+      const int rows = kSubChunk * item_row[i];
+      // r, the boundary before the row block (per-channel decay; row block 0 has no items).
+      const float* reference = b_s + (rows > 0 ? rows - 1 : 0) * stride + c0;
+      if (i == 0 || item_row[i] != item_row[i > 0 ? i - 1 : 0]) {
+        auto operand_a = [&](const float* source) {
+          return MakeFragmentA([&](int r, int c) {
+            const int at = (rows + r) * stride + c0 + c;
+            if (!kChannels) return source[at];
+            return source[at] * __expf(b_s[at] - reference[c]);
+          });
+        };
+        qa = operand_a(q_s);
+        if (kDelta) ka = operand_a(k_s);
+      }
+      const int s0 = 8 * item_tile[i];
       const FragmentB kb = MakeFragmentB([&](int r, int c) {
-        const int i = (8 * n + c) * stride + c0 + r;
-        if (!kChannels) return k_s[i];
-        return k_s[i] * __expf(reference[c0 + r] - b_s[i]);
+        const int at = (s0 + c) * stride + c0 + r;
+        if (!kChannels) return k_s[at];
+        return k_s[at] * __expf(reference[r] - b_s[at]);
       });
-      MmaTf32x3(p[n], qa, kb);
-      if (kDelta) MmaTf32x3(a[n], ka, kb);
+      MmaTf32x3(p[i], qa, kb);
+      if (kDelta) MmaTf32x3(a[i], ka, kb);
     }
   }
 
-  // Mask, apply the scalar decay factors, store P; a[n] becomes this warp's rows of A.
+  // Mask, apply the scalar decay factors, store P; p and a become final P and A entries.
+  auto finish = [&](int t, int s, float& pv, float& av) {
+    float factor = 1.0f;
+    if (kDecay == Decay::kScalar && s <= t) factor = __expf(decay[t] - decay[s]);
+    pv = s <= t && t < length ? pv * factor : 0.0f;
+    av = s < t && t < length ? beta[t] * av * factor : 0.0f;
+  };
   float* scores = slot + layout.scores;
 #pragma unroll
-  for (int n = 0; n < 2 * kSubChunks; ++n) {
+  for (int i = 0; i < kItems; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      finish(kSubChunk * item_row[i] + g + 8 * (e / 2), 8 * item_tile[i] + 2 * j + e % 2, p[i][e],
+             a[i][e]);
+    }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int t = row0 + g + 8 * half;
-      float values[2];
+      const int t = kSubChunk * item_row[i] + g + 8 * half;
+      *reinterpret_cast<float2*>(&scores[t * kChunk + 8 * item_tile[i] + 2 * j]) =
+          make_float2(p[i][2 * half], p[i][2 * half + 1]);
+    }
+  }
+  // This warp's row block past the mma tiles: the diagonal block (per-channel decay) and
+  // zeros above the diagonal.
+  const int first_free = 2 * warp + (kChannels ? 0 : 2);
 #pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        const int e = 2 * half + x;
-        const int s = 8 * n + 2 * j + x;
-        float pv = 0.0f;
-        float av = 0.0f;
-        if (n < product_tiles) {
-          pv = p[n][e];
-          av = a[n][e];
-        } else if (kChannels && n < product_tiles + 2) {
-          pv = p_diagonal[n % 2][e];
-          av = a_diagonal[n % 2][e];
-        }
-        float factor = 1.0f;
-        if (kDecay == Decay::kScalar && s <= t) factor = __expf(decay[t] - decay[s]);
-        values[x] = s <= t && t < length ? pv * factor : 0.0f;
-        a[n][e] = s < t && t < length ? beta[t] * av * factor : 0.0f;
+  for (int n = 0; n < 2 * kSubChunks; ++n) {
+    if (n < first_free) continue;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool diagonal = kChannels && n < first_free + 2;
+      float pv = diagonal ? p_diagonal[n % 2][e] : 0.0f;
+      float av = diagonal ? a_diagonal[n % 2][e] : 0.0f;
+      finish(row0 + g + 8 * (e / 2), 8 * n + 2 * j + e % 2, pv, av);
+      if (kChannels && n < 2 * warp + 2) {
+        p_diagonal[n % 2][e] = pv;
+        a_diagonal[n % 2][e] = av;
       }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const bool diagonal = kChannels && n < first_free + 2;
+      const int t = row0 + g + 8 * half;
       *reinterpret_cast<float2*>(&scores[t * kChunk + 8 * n + 2 * j]) =
-          make_float2(values[0], values[1]);
+          diagonal ? make_float2(p_diagonal[n % 2][2 * half], p_diagonal[n % 2][2 * half + 1])
+                   : make_float2(0.0f, 0.0f);
     }
   }
   if (!kDelta) return;
 
   // The UT transform. First the right-hand sides of the key columns, in place of K.
   __syncthreads();  // every read of q, k and b by the scores is done
-  for (int e = threadIdx.x; e < kChunk * padded; e += blockDim.x) {
-    const int t = e / padded;
-    const int i = t * stride + e % padded;
+  ForEachQuad(padded, [&](int t, int c) {
+    float4& kq = *reinterpret_cast<float4*>(k_s + t * stride + c);
+    float4 value = kq;
     float factor = beta[t];
     if (kDecay == Decay::kScalar) factor *= __expf(decay[t]);
-    if (kChannels) factor *= __expf(b_s[i]);
-    k_s[i] *= factor;
-  }
+    if (kChannels) {
+      const float4 bq = *reinterpret_cast<const float4*>(b_s + t * stride + c);
+      value.x *= factor * __expf(bq.x);
+      value.y *= factor * __expf(bq.y);
+      value.z *= factor * __expf(bq.z);
+      value.w *= factor * __expf(bq.w);
+    } else {
+      value.x *= factor;
+      value.y *= factor;
+      value.z *= factor;
+      value.w *= factor;
+    }
+    kq = value;
+  });
   __syncthreads();  // b is free: A takes its place
   float* a_s = b_s;
+  auto store_a = [&](int row_block, int tile, float v0, float v1, float v2, float v3) {
+    float* at = &a_s[(kSubChunk * row_block + g) * kSquareStride + 8 * tile + 2 * j];
+    *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
+    *reinterpret_cast<float2*>(at + 8 * kSquareStride) = make_float2(v2, v3);
+  };
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    store_a(item_row[i], item_tile[i], a[i][0], a[i][1], a[i][2], a[i][3]);
+  }
 #pragma unroll
   for (int n = 0; n < 2 * kSubChunks; ++n) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      *reinterpret_cast<float2*>(&a_s[(row0 + g + 8 * half) * kSquareStride + 8 * n + 2 * j]) =
-          make_float2(a[n][2 * half], a[n][2 * half + 1]);
+    if (n < first_free) continue;
+    if (kChannels && n < first_free + 2) {
+      const float(&d)[4] = a_diagonal[n % 2];
+      store_a(warp, n, d[0], d[1], d[2], d[3]);
+    } else {
+      store_a(warp, n, 0.0f, 0.0f, 0.0f, 0.0f);
     }
   }
   __syncthreads();
@@ -1559,9 +1648,14 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
   SolveColumns<kRegisterWalkMaxKeys / 8 / kTensorWarps>(k_s, stride, padded / 8, a_s, inverse);
   __syncthreads();
   float* w = slot + layout.keys;
-  for (int e = threadIdx.x; e < kChunk * key_dim; e += blockDim.x) {
-    w[e] = k_s[(e / key_dim) * stride + e % key_dim];
-  }
+  ForEachQuad(padded, [&](int t, int c) {
+    const float4 xq = *reinterpret_cast<const float4*>(k_s + t * stride + c);
+    const float xv[4] = {xq.x, xq.y, xq.z, xq.w};
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      if (c + x < key_dim) w[t * key_dim + c + x] = xv[x];
+    }
+  });
   const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
   const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
   float* u = slot + layout.values;
@@ -1578,11 +1672,14 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
     SolveColumns<kSolveTile / 8 / kTensorWarps>(tile, kSolveStride, kSolveTile / 8, a_s,
                                                 inverse);
     __syncthreads();
-    for (int e = threadIdx.x; e < kChunk * columns; e += blockDim.x) {
-      const int t = e / columns;
-      const int c = e % columns;
-      u[t * value_dim + v0 + c] = tile[t * kSolveStride + c];
-    }
+    ForEachQuad(kSolveTile, [&](int t, int c) {
+      const float4 xq = *reinterpret_cast<const float4*>(tile + t * kSolveStride + c);
+      const float xv[4] = {xq.x, xq.y, xq.z, xq.w};
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        if (c + x < columns) u[t * value_dim + v0 + c + x] = xv[x];
+      }
+    });
   }
 }
 #endif  // LUMEN_GPU_NVIDIA_PATHS
