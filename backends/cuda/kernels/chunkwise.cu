@@ -7,7 +7,11 @@
 //      W = (I + A)^-1 diag(beta) (K ⊙ exp(b)) and U = (I + A)^-1 diag(beta) V with
 //      A[t, s] = beta_t sum_i k_t k_s exp(b_t - b_s) (s < t), by forward substitution.
 //      For the normalizer it sums each chunk's keys; for the split walk (3a) it also saves b_t
-//      (scalar decay) or K ⊙ exp(b_C - b) and b_C (per-channel decay).
+//      (scalar decay) or K ⊙ exp(b_C - b) and b_C (per-channel decay). The SIMT kernel
+//      (IntraChunkKernel) computes all of it in fp32 FMAs; NVIDIA builds that take the split
+//      walk run IntraChunkTensorKernel instead where it is faster (kTensorIntraChunk): P and A
+//      as 3xTF32 mma products, the UT transform blocked into 16 x 16 diagonal inverses and
+//      mma products.
 //   2. NormalizerPrefixKernel (normalizer only): the normalizer each chunk starts from.
 //   3. The inter-chunk part: U' = U - W S0 for the delta rule (V itself for additive writes),
 //      O = (Q ⊙ exp(b)) S0 + P U', S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U'.
@@ -411,12 +415,6 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         for (int i = sub + 1; i < kSubChunks; ++i) {
           const float ri = b[(i * kSubChunk - 1) * kIntraStride + c];
           k_minus[((i - 1) * kChunk + t) * kIntraStride + c] = k_raw[t * kIntraStride + c] * __expf(ri - bt);
-        }
-        if (layout.key_end > 0 && k0 + c < key_dim) {  // K^ and b_C for launch 3a
-          const float end = b[(span.length - 1) * kIntraStride + c];
-          slot[layout.key_end + t * key_dim + k0 + c] =
-              t < span.length ? k_raw[t * kIntraStride + c] * __expf(end - bt) : 0.0f;
-          if (t == 0) slot[layout.decay_end + k0 + c] = end;
         }
       }
     }
@@ -929,22 +927,29 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
   auto row_of = [&](int e) { return row0 + g + 8 * (e / 2); };
   auto column_of = [&](int n, int e) { return 8 * n + 2 * j + e % 2; };
 
-  // The state tile in registers, in the accumulator layout of K^T U'.
+  // The state tile in registers, in the accumulator layout of K^T U'. for_each_state calls
+  // f(entry, key, column, inside) for each entry s[m][n][e] this thread holds: its place in
+  // the head's [K, V] state, and whether that lies inside K x V.
   float* state = args.states[sequence] + static_cast<int64_t>(value_head) * key_dim * value_dim;
   float s[kRegisterWalkSlabs][kTensorValueTiles][4];
+  auto for_each_state = [&](auto f) {
 #pragma unroll
-  for (int m = 0; m < kRegisterWalkSlabs; ++m) {
+    for (int m = 0; m < kRegisterWalkSlabs; ++m) {
 #pragma unroll
-    for (int n = 0; n < kTensorValueTiles; ++n) {
+      for (int n = 0; n < kTensorValueTiles; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int32_t key = kInterSlab * m + row_of(e);
-        const int32_t col = v0 + column_of(n, e);
-        s[m][n][e] = key < key_dim && col < value_dim
-                         ? state[static_cast<int64_t>(key) * value_dim + col] : 0.0f;
+        for (int e = 0; e < 4; ++e) {
+          const int32_t key = kInterSlab * m + row_of(e);
+          const int32_t col = column_of(n, e);
+          f(s[m][n][e], key, col, key < key_dim && v0 + col < value_dim);
+        }
       }
     }
-  }
+  };
+  const int64_t tile_offset = v0;  // of this block's value tile in a [K, V] state
+  for_each_state([&](float& entry, int32_t key, int col, bool inside) {
+    entry = inside ? state[key * static_cast<int64_t>(value_dim) + tile_offset + col] : 0.0f;
+  });
 
   bool walked = false;
   for (int32_t local_chunk = 0; local_chunk < layout.chunks_per_round; ++local_chunk) {
@@ -988,21 +993,11 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
     }
 
     // S0 to the slot (for launch 3b) and, for W S0, to shared memory.
-#pragma unroll
-    for (int m = 0; m < kRegisterWalkSlabs; ++m) {
-#pragma unroll
-      for (int n = 0; n < kTensorValueTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int32_t key = kInterSlab * m + row_of(e);
-          const int32_t col = v0 + column_of(n, e);
-          if (key < key_dim && col < value_dim) {
-            slot[layout.start_state + static_cast<int64_t>(key) * value_dim + col] = s[m][n][e];
-          }
-          if (kDelta) s_shared[key * kRowStrideB + column_of(n, e)] = s[m][n][e];
-        }
-      }
-    }
+    float* start_state = slot + layout.start_state + tile_offset;
+    for_each_state([&](float& entry, int32_t key, int col, bool inside) {
+      if (inside) start_state[key * static_cast<int64_t>(value_dim) + col] = entry;
+      if (kDelta) s_shared[key * kRowStrideB + col] = entry;
+    });
 
     // X = W S0 (delta rule), a slab of keys at a time.
     float x[kTensorValueTiles][4] = {};
@@ -1071,20 +1066,9 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
     }
   }
   if (!walked) return;
-#pragma unroll
-  for (int m = 0; m < kRegisterWalkSlabs; ++m) {
-#pragma unroll
-    for (int n = 0; n < kTensorValueTiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int32_t key = kInterSlab * m + row_of(e);
-        const int32_t col = v0 + column_of(n, e);
-        if (key < key_dim && col < value_dim) {
-          state[static_cast<int64_t>(key) * value_dim + col] = s[m][n][e];
-        }
-      }
-    }
-  }
+  for_each_state([&](float& entry, int32_t key, int col, bool inside) {
+    if (inside) state[key * static_cast<int64_t>(value_dim) + tile_offset + col] = entry;
+  });
 }
 
 template <Decay kDecay, bool kDelta>
@@ -1714,6 +1698,15 @@ bool UsesSplitWalk(const ChunkwiseArgs& args) {
 #endif
 }
 
+// Whether launch 1 of a split call runs on the tensor cores (IntraChunkTensorKernel): where
+// that measured faster than the SIMT kernel on the H200, additive writes and per-channel
+// decays. The delta rule with scalar or no decay keeps IntraChunkKernel: there the tensor
+// kernel (four warps a block, two blocks a multiprocessor, its solve a serial chain of block
+// rows) measured slower (B = 4 x T = 8192: delta_net 8.33 against 7.16 ms, gated_delta_net
+// 8.95 against 7.70), though it computes those families too.
+template <Decay kDecay, bool kDelta, bool kNormalize>
+constexpr bool kTensorIntraChunk = !kNormalize && (kDecay == Decay::kPerChannel || !kDelta);
+
 Plan MakePlan(const ChunkwiseArgs& args) {
   Plan plan;
   SlotLayout& layout = plan.layout;
@@ -1792,20 +1785,22 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
                          cudaStream_t stream) {
   const SlotLayout& layout = plan.layout;
   const bool split = UsesSplitWalk(args);
+  constexpr bool kTensorIntra = kTensorIntraChunk<kDecay, kDelta, kNormalize>;
+  const bool tensor_intra = split && kTensorIntra;
   cudaError_t status = cudaSuccess;
-  if (!split) status = PreferSharedMemory<IntraChunkKernel<kDecay, kDelta, kNormalize>>();
+  if (!tensor_intra) status = PreferSharedMemory<IntraChunkKernel<kDecay, kDelta, kNormalize>>();
 #if LUMEN_GPU_NVIDIA_PATHS
-  const int intra_bytes =
-      IntraTensorSharedLayout(args.key_dim, kDecay, kDelta).total * static_cast<int>(sizeof(float));
-  if constexpr (!kNormalize) {
-    if (split && status == cudaSuccess) {
+  if constexpr (kTensorIntra) {
+    if (tensor_intra && status == cudaSuccess) {
       status = PreferSharedMemory<IntraChunkTensorKernel<kDecay, kDelta>>();
     }
-    if (split && status == cudaSuccess) {
+    if (tensor_intra && status == cudaSuccess) {
       status = AllowDynamicSharedMemory<IntraChunkTensorKernel<kDecay, kDelta>>(
           IntraTensorSharedLayout(kRegisterWalkMaxKeys, kDecay, kDelta).total *
           static_cast<int>(sizeof(float)));
     }
+  }
+  if constexpr (!kNormalize) {
     if (split && status == cudaSuccess) {
       status = PreferSharedMemory<StateWalkTensorKernel<kDecay, kDelta>>();
     }
@@ -1830,8 +1825,10 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
       const dim3 intra_grid(sequences * args.num_value_heads, chunks);
       bool launched = false;
 #if LUMEN_GPU_NVIDIA_PATHS
-      if constexpr (!kNormalize) {
-        if (split) {
+      if constexpr (kTensorIntra) {
+        if (tensor_intra) {
+          const int intra_bytes = IntraTensorSharedLayout(args.key_dim, kDecay, kDelta).total *
+                                  static_cast<int>(sizeof(float));
           IntraChunkTensorKernel<kDecay, kDelta>
               <<<intra_grid, kInterThreads, intra_bytes, stream>>>(args, layout, round, scratch);
           launched = true;
