@@ -1,4 +1,6 @@
-// The recurrent step kernel. A block owns one column tile of one value head of one session:
+// The general recurrent step kernel, for the shapes the pipelined kernel (pipelined_step.cu)
+// does not take: V not a multiple of 4, or K > 128. A block owns one column tile of one value
+// head of one session:
 // rows split across kRowGroups thread groups, columns across kColumnThreads threads of kVec
 // consecutive columns each (one 16-byte access for fp32 state). Columns of S evolve
 // independently (SPEC section 2), so tiles never talk to each other; the sums over K are
@@ -10,7 +12,8 @@
 
 #include "backends/cuda/kernels/recurrent_step.cuh"
 
-#include <algorithm>
+#include "backends/cuda/kernels/block_sum.cuh"
+#include "backends/cuda/kernels/pipelined_step.cuh"
 
 namespace lumen::cuda {
 namespace {
@@ -20,32 +23,7 @@ static_assert(kBlockThreads % kMaxWarpSize == 0, "blocks of whole warps on every
 constexpr int kColumnThreads = 8;
 constexpr int kRowGroups = kBlockThreads / kColumnThreads;
 constexpr int kWarps = kBlockThreads / kWarpSize;
-// Blocks of the staged kernel resident per SM that registers must allow (each keeps its
-// tile's copies in flight); a 256-row tile's shared memory allows fewer.
-constexpr int StagedBlocksPerSm(int rows) { return rows >= 16 ? 5 : 8; }
 static_assert(kWarpSize % kColumnThreads == 0, "a warp holds whole row groups");
-
-// Sums each of kCount values over the whole block; every thread gets the totals.
-// `scratch` holds kWarps * kCount floats. Starts and ends with a barrier-safe state.
-template <int kCount>
-__device__ __forceinline__ void BlockSum(float (&values)[kCount], float* scratch) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-#pragma unroll
-  for (int j = 0; j < kCount; ++j) values[j] = SumAcrossLaneGroups<1>(values[j]);
-  if (lane == 0) {
-#pragma unroll
-    for (int j = 0; j < kCount; ++j) scratch[warp * kCount + j] = values[j];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < kCount; ++j) {
-    float total = 0.0f;
-    for (int w = 0; w < kWarps; ++w) total += scratch[w * kCount + j];
-    values[j] = total;
-  }
-  __syncthreads();
-}
 
 template <int kVec>
 struct StateIo;
@@ -97,19 +75,13 @@ struct StateIo<1> {
 };
 
 // kRows rows per thread per chunk of kRowGroups * kRows rows. kSingleChunk: K fits in one
-// chunk, so the tile is read once and written once. With 16-byte column groups it is copied
-// into shared memory asynchronously (kStaged): the bytes in flight are then bounded by shared
-// memory, not by registers, and the registers stay few enough for many blocks per SM. Else
-// it is held in registers.
+// chunk, so the tile is read once, held in registers, and written once.
 template <int kVec, int kRows, bool kSingleChunk>
-__global__ void __launch_bounds__(kBlockThreads, kSingleChunk && kVec == 4 ? StagedBlocksPerSm(kRows) : 1)
+__global__ void __launch_bounds__(kBlockThreads)
 RecurrentStepKernel(const StepArgs args, const StepStates states) {
   constexpr int kChunk = kRowGroups * kRows;
   constexpr int kTileColumns = kColumnThreads * kVec;
-  constexpr bool kStaged = kSingleChunk && kVec == 4;
   __shared__ float q_s[kChunk], k_s[kChunk], a_s[kChunk];
-  // The state tile, [kChunk, kTileColumns] in the stored dtype (fp32 or bf16).
-  __shared__ __align__(16) float staged[kStaged ? kChunk * kTileColumns : 1];
   __shared__ float partial[kWarps][2 * kTileColumns];
   __shared__ float column_sum[2 * kTileColumns];
   __shared__ float reduce_scratch[kWarps * 2];
@@ -142,23 +114,8 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   const char* normalizer =
       static_cast<char*>(block) + (static_cast<int64_t>(HV) * K * V + int64_t{hv} * K) * elem;
 
-  // Where row j (of the chunk) of this thread's columns sits in the staged tile.
-  auto tile_at = [&](int j) {
-    return reinterpret_cast<char*>(staged) + (int64_t{j} * kTileColumns + c * kVec) * elem;
-  };
   float s[kRows][kVec];
-  if (kStaged) {
-    // Start every state copy first: they are the bytes this kernel exists to move.
-#pragma unroll
-    for (int m = 0; m < kRows; ++m) {
-      const int32_t i = r + kRowGroups * m;
-      if (i < K && valid > 0) {
-        const char* source = matrix + (int64_t{i} * V + col) * elem;
-        bf16 ? CopyAsync<4 * 2>(tile_at(i), source) : CopyAsync<4 * 4>(tile_at(i), source);
-      }
-    }
-    CopyAsyncCommit();
-  } else if (kSingleChunk) {
+  if (kSingleChunk) {
     // Issue every state load first: they are the bytes this kernel exists to move.
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
@@ -225,7 +182,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
 
   float q_norm = 1.0f, k_norm = 1.0f;
   if (layer.qk_l2norm) {
-    BlockSum(norms, reduce_scratch);
+    BlockSum<kBlockThreads>(norms, reduce_scratch);
     q_norm = L2NormFactor(layer, norms[0]);
     k_norm = L2NormFactor(layer, norms[1]);
   }
@@ -265,8 +222,6 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
 #pragma unroll
   for (int e = 0; e < kVec; ++e) sum_k[e] = sum_q[e] = 0.0f;
 
-  if (kStaged) CopyAsyncWaitAll();  // this thread's own rows of the tile have arrived
-
   // The input check (the kernel before this one) has finished: its record can be read.
   WaitForPrerequisiteGrids();
   if (threadIdx.x == 0) input_failed = InputFailed(args.input_error);
@@ -277,30 +232,6 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
     if (!kSingleChunk && base > 0) __syncthreads();  // the previous chunk's reads are done
     stage(base, true);
     if (input_failed) return;  // the call's inputs failed their check: change nothing
-    if constexpr (kStaged) {
-#pragma unroll
-      for (int m = 0; m < kRows; ++m) {
-        const int j = r + kRowGroups * m;
-        if (j >= K || valid <= 0) continue;
-        float row[kVec];
-        StateIo<kVec>::Load(tile_at(j), 0, bf16, valid, row);
-        const float a = a_s[j], k = k_s[j], q = q_s[j];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          if (layer.delta_rule) {
-            row[e] *= a;
-            sum_k[e] += k * row[e];
-            sum_q[e] += q * row[e];
-          } else {
-            row[e] = a * row[e] + k * v[e];
-            sum_q[e] += q * row[e];
-          }
-        }
-        if (!layer.delta_rule) {
-          StateIo<kVec>::Store(matrix, int64_t{j} * V + col, bf16, valid, row);
-        }
-      }
-    } else {
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const int j = r + kRowGroups * m;
@@ -329,7 +260,6 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
         StateIo<kVec>::Store(matrix, int64_t{i} * V + col, bf16, valid, s[m]);
       }
     }
-    }
   }
 
   // Sums over rows: lanes of one column group, then warps.
@@ -347,7 +277,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
       partial[warp][2 * (c * kVec + e) + 1] = sum_q[e];
     }
   }
-  BlockSum(dots, reduce_scratch);  // its barriers also publish `partial`
+  BlockSum<kBlockThreads>(dots, reduce_scratch);  // its barriers also publish `partial`
   if (tid < 2 * kTileColumns) {
     float total = 0.0f;
     for (int w = 0; w < kWarps; ++w) total += partial[w][tid];
@@ -366,20 +296,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   }
 
   // Pass 2: the delta write, S_t = S' + k u^T, then every state store.
-  if constexpr (kStaged) {
-    if (layer.delta_rule) {
-#pragma unroll
-      for (int m = 0; m < kRows; ++m) {
-        const int j = r + kRowGroups * m;
-        if (j >= K || valid <= 0) continue;
-        float row[kVec];
-        StateIo<kVec>::Load(tile_at(j), 0, bf16, valid, row);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) row[e] = a_s[j] * row[e] + k_s[j] * u[e];
-        StateIo<kVec>::Store(matrix, int64_t{j} * V + col, bf16, valid, row);
-      }
-    }
-  } else if (kSingleChunk) {
+  if (kSingleChunk) {
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const int32_t i = r + kRowGroups * m;
@@ -441,7 +358,7 @@ NormalizerUpdateKernel(const StepArgs args, const StepStates states) {
       const float k = LoadElement(in.k, qk_row + i, in.dtype);
       sums[0] += k * k;
     }
-    BlockSum(sums, reduce_scratch);
+    BlockSum<kBlockThreads>(sums, reduce_scratch);
     k_norm = L2NormFactor(layer, sums[0]);
   }
   const int32_t dtype = args.state_bf16 ? kBFloat16 : kFloat32;
@@ -459,27 +376,12 @@ cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t 
   const int64_t tiles = (args.layer.value_dim + tile_columns - 1) / tile_columns;
   const dim3 grid(static_cast<uint32_t>(tiles * args.layer.num_value_heads),
                   static_cast<uint32_t>(args.num_sessions));
-#if LUMEN_GPU_NVIDIA_PATHS
-  if (args.follows_check) {
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(kBlockThreads);
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, RecurrentStepKernel<kVec, kRows, kSingleChunk>, args,
-                              states);
-  }
-#endif
-  RecurrentStepKernel<kVec, kRows, kSingleChunk><<<grid, kBlockThreads, 0, stream>>>(args, states);
-  return cudaGetLastError();
+  return LaunchStepKernel(RecurrentStepKernel<kVec, kRows, kSingleChunk>, grid,
+                          dim3(kBlockThreads), 0, args.follows_check, stream, args, states);
 }
 
-// The one dispatch switch: 16-byte column groups when V allows them, rows held in registers
-// when K fits (K up to 32, 64, 128, 256), else the chunked path for any K.
+// Rows held in registers when K fits (K up to 32, 64, 128, 256), else the chunked path for
+// any K.
 template <int kVec>
 cudaError_t LaunchForKeyDim(const StepArgs& args, const StepStates& states,
                             cudaStream_t stream) {
@@ -497,9 +399,14 @@ cudaError_t LaunchRecurrentStep(const StepArgs& args, const StepStates& states,
                                 cudaStream_t stream) {
   if (args.num_sessions == 0) return cudaSuccess;
   // Every head's slice starts 16-byte aligned when V % 4 == 0 (blocks are 64-byte aligned).
-  const bool vectorised = args.layer.value_dim % 4 == 0;
-  cudaError_t error = vectorised ? LaunchForKeyDim<4>(args, states, stream)
-                                 : LaunchForKeyDim<1>(args, states, stream);
+  cudaError_t error = cudaSuccess;
+  if (PipelinedStepFits(args.layer)) {
+    error = LaunchPipelinedStep(args, states, stream);
+  } else if (args.layer.value_dim % 4 == 0) {
+    error = LaunchForKeyDim<4>(args, states, stream);
+  } else {
+    error = LaunchForKeyDim<1>(args, states, stream);
+  }
   if (error != cudaSuccess || !args.layer.normalize) return error;
   const dim3 grid(static_cast<uint32_t>(args.layer.num_value_heads),
                   static_cast<uint32_t>(args.num_sessions));
