@@ -1,11 +1,11 @@
 // The pipelined step kernel. A tile is all K rows of 128 bytes of columns (32 fp32 or 64 bf16
-// state columns) of one value head of one session; tiles of one head follow each other in the
-// work order. The grid is as many blocks as the device holds at once, and block b walks the
-// b-th contiguous run of tiles: while it computes one tile, the copy of its next tile into
-// shared memory (cp.async) is in flight and the stores of the one before drain, so every
-// multiprocessor keeps loads in flight for its whole life instead of once per block. What
-// depends on the head alone (prepared q, k and decays, their L2 norms, q . k, beta) is
-// computed once per head, not once per tile.
+// state columns) of one value head of one session. The grid is as many blocks as the device
+// holds at once, and each block walks tiles with a stride of the grid: while it computes one
+// tile, the copy of its next tile into shared memory (cp.async) is in flight and the stores of
+// the one before drain, so every multiprocessor keeps loads in flight for its whole life
+// instead of once per block. Neighbouring blocks take neighbouring tiles, so at any time the
+// state is streamed in whole rows (a block that walked the tiles of one head in turn read
+// 128-byte pieces of 512-byte rows at different times, and measured slower: docs/cuda_decode.md).
 //
 // Per tile the arithmetic is RecurrentStepKernel's, in the same order (SPEC section 2): each
 // thread owns kVec columns of 16 rows of the tile and reads only the shared memory it copied.
@@ -29,6 +29,8 @@ constexpr int kStages = 2;  // tiles in shared memory per block: this one and th
 // Per block beside the tiles: q, k and decays, the reduction arrays, the runtime's reserve.
 constexpr int64_t kOtherSharedBytes = 4096;
 constexpr int kMaxBlocksPerMultiprocessor = 8;
+// The registers must allow this many blocks per multiprocessor (shared memory allows 6).
+constexpr int kMinBlocksPerMultiprocessor = 6;
 
 // kVec consecutive state elements to floats and back, in one access of kVec * sizeof(StateT)
 // bytes (16 for fp32 and for bf16 in groups of 8, 8 for bf16 in groups of 4).
@@ -78,7 +80,7 @@ inline constexpr int64_t kTileBytesOf =
 
 // Rows 16 * kRows >= K; tiles_per_head = ceil(V / tile columns).
 template <typename StateT, int kVec, int kRows>
-__global__ void __launch_bounds__(kThreads, kRows <= 8 ? 6 : 3)
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerMultiprocessor)
 PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t tiles_per_head) {
   constexpr int kWarps = kThreads / kWarpSize;
   constexpr int kTileRows = kRowGroups * kRows;
@@ -101,11 +103,12 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
   const int c = tid % kColumnThreads;
   const int r = tid / kColumnThreads;
 
-  // This block's run of tiles: tile `item` is column tile item % tiles_per_head of head
-  // item / tiles_per_head = session * HV + hv.
+  // Tile `item` is column tile item % tiles_per_head of head item / tiles_per_head =
+  // session * HV + hv. Block b takes tiles b, b + gridDim.x, ...: at any time the blocks
+  // stream neighbouring tiles, so the state is read and written in whole rows, as a copy does
+  // (the launch makes gridDim.x a multiple of tiles_per_head: a block keeps one column tile).
   const int64_t items = int64_t{args.num_sessions} * HV * tiles_per_head;
-  const int64_t begin = items * blockIdx.x / gridDim.x;
-  const int64_t end = items * (blockIdx.x + 1) / gridDim.x;
+  const int64_t stride = gridDim.x;
 
   auto column_of = [&](int64_t item) {
     return static_cast<int32_t>(item % tiles_per_head) * kTileColumns + c * kVec;
@@ -123,10 +126,10 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
            c * kVec;
   };
   // Starts the copy of this thread's part of tile `item` into `stage` and commits it as one
-  // group; past the block's run it commits an empty group, so that item i is always the
-  // (i - begin)-th group.
+  // group; past the last tile it commits an empty group, so that the block's n-th tile is
+  // always its n-th group.
   auto prefetch = [&](int64_t item, int stage) {
-    if (item < end && column_of(item) < V) {
+    if (item < items && column_of(item) < V) {
       const StateT* source = state_at(item);
 #pragma unroll
       for (int m = 0; m < kRows; ++m) {
@@ -137,12 +140,12 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
     CopyAsyncCommit();
   };
 
-  prefetch(begin, 0);
-  int64_t prepared_head = -1;
-  float qk_dot = 0.0f, qz_dot = 0.0f, beta = 0.0f;  // of the prepared head
-  for (int64_t item = begin; item < end; ++item) {
-    const int stage = static_cast<int>((item - begin) % kStages);
-    prefetch(item + 1, static_cast<int>((item + 1 - begin) % kStages));
+#pragma unroll
+  for (int n = 0; n < kStages - 1; ++n) prefetch(blockIdx.x + n * stride, n);
+  int n = 0;  // tiles this block has taken
+  for (int64_t item = blockIdx.x; item < items; item += stride, ++n) {
+    const int stage = n % kStages;
+    prefetch(item + (kStages - 1) * stride, (n + kStages - 1) % kStages);
 
     const int64_t head = item / tiles_per_head;
     const int32_t session = static_cast<int32_t>(head / HV);
@@ -157,9 +160,10 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
 #pragma unroll
     for (int e = 0; e < kVec; ++e) v[e] = valid ? LoadElement(in.v, vo_row + col + e, in.dtype) : 0.0f;
 
-    if (head != prepared_head) {
-      prepared_head = head;
-      __syncthreads();  // the previous head's q_s, k_s and a_s are no longer read
+    // The head's prepared q, k and row decays in shared memory, q . k, q . (z + k) and beta.
+    float qk_dot = 0.0f, qz_dot = 0.0f, beta = 0.0f;
+    {
+      __syncthreads();  // the previous tile's q_s, k_s and a_s are no longer read
       const int64_t qk_row = (t * H + h) * K;   // [T, H, K]
       const int64_t g_row = (t * HV + hv) * K;  // [T, HV, K], per-channel gates
       float norms[2] = {0.0f, 0.0f};            // sum(q^2), sum(k^2) over K
@@ -207,14 +211,18 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
         k_s[i] = k;
         a_s[i] = a;
       }
-      BlockSum<kThreads>(dots, reduce_scratch);  // its barriers also publish q_s, k_s, a_s
-      qk_dot = dots[0];
-      qz_dot = dots[1];
+      if (layer.delta_rule || layer.normalize) {
+        BlockSum<kThreads>(dots, reduce_scratch);  // its barriers also publish q_s, k_s, a_s
+        qk_dot = dots[0];
+        qz_dot = dots[1];
+      } else {
+        __syncthreads();  // publishes q_s, k_s, a_s
+      }
     }
 
     CopyAsyncWaitGroup<kStages - 1>();  // this thread's rows of this tile have arrived
 
-    if (item == begin) {
+    if (n == 0) {
       // Everything before this only read. The input check (the kernel before this one, which
       // this one may overlap) has finished: its record can be read.
       WaitForPrerequisiteGrids();
@@ -255,10 +263,12 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
     // Sums over rows: lanes of one column group, then warps.
     const int lane = tid % kWarpSize;
     const int warp = tid / kWarpSize;
+    if constexpr (kColumnThreads < kWarpSize) {
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      sum_k[e] = SumAcrossLaneGroups<kColumnThreads>(sum_k[e]);
-      sum_q[e] = SumAcrossLaneGroups<kColumnThreads>(sum_q[e]);
+      for (int e = 0; e < kVec; ++e) {
+        sum_k[e] = SumAcrossLaneGroups<kColumnThreads>(sum_k[e]);
+        sum_q[e] = SumAcrossLaneGroups<kColumnThreads>(sum_q[e]);
+      }
     }
     if (lane < kColumnThreads) {
 #pragma unroll
@@ -310,18 +320,24 @@ template <typename StateT, int kVec, int kRows>
 cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t stream) {
   constexpr auto kKernel = PipelinedStepKernel<StateT, kVec, kRows>;
   constexpr int64_t kSharedBytes = kStages * kTileBytesOf<StateT, kVec, kRows>;
-  static_assert(kSharedBytes <= 48 * 1024, "no opt-in to large shared memory needed");
+  if constexpr (kSharedBytes > 48 * 1024) {
+    static const cudaError_t opt_in =
+        cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+    if (opt_in != cudaSuccess) return opt_in;
+  }
   const int32_t tiles_per_head =
       (args.layer.value_dim + kTileColumnsOf<kVec> - 1) / kTileColumnsOf<kVec>;
   const int64_t items = int64_t{args.num_sessions} * args.layer.num_value_heads * tiles_per_head;
-  // As many blocks as run at once (shared memory is what limits them); without the device's
-  // figures, one block per tile.
+  // As many blocks as run at once (shared memory is what limits them), a multiple of
+  // tiles_per_head; without the device's figures, one block per tile.
   int64_t blocks = items;
   if (args.multiprocessors > 0 && args.shared_bytes_per_multiprocessor > 0) {
-    const int64_t per_multiprocessor =
-        std::clamp<int64_t>(args.shared_bytes_per_multiprocessor / (kSharedBytes + kOtherSharedBytes),
-                            1, kMaxBlocksPerMultiprocessor);
-    blocks = std::min(items, per_multiprocessor * args.multiprocessors);
+    const int64_t per_multiprocessor = std::clamp<int64_t>(
+        args.shared_bytes_per_multiprocessor / (kSharedBytes + kOtherSharedBytes), 1,
+        kMaxBlocksPerMultiprocessor);
+    const int64_t resident = per_multiprocessor * args.multiprocessors;
+    blocks = std::min(items, std::max<int64_t>(resident - resident % tiles_per_head, tiles_per_head));
   }
   return LaunchStepKernel(kKernel, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads),
                           static_cast<size_t>(kSharedBytes), args.follows_check, stream, args,
