@@ -1,11 +1,11 @@
-// The pipelined step kernel. A tile is all K rows of 128 bytes of columns (32 fp32 or 64 bf16
-// state columns) of one value head of one session. The grid is as many blocks as the device
-// holds at once, and each block walks tiles with a stride of the grid: while it computes one
-// tile, the copy of its next tile into shared memory (cp.async) is in flight and the stores of
-// the one before drain, so every multiprocessor keeps loads in flight for its whole life
-// instead of once per block. Neighbouring blocks take neighbouring tiles, so at any time the
-// state is streamed in whole rows (a block that walked the tiles of one head in turn read
-// 128-byte pieces of 512-byte rows at different times, and measured slower: docs/cuda_decode.md).
+// The pipelined step kernel, for bf16 state (fp32 state measured faster with the block kernel
+// of recurrent_step.cu: docs/cuda_decode.md). A tile is all K rows of 128 bytes of columns (64
+// state columns, or 32 when V is not a multiple of 8) of one value head of one session; tiles of
+// one head follow each other in the work order. The grid is as many blocks as the device holds
+// at once, and block b walks the b-th contiguous run of tiles: while it computes one tile, the
+// copy of its next tile into shared memory (cp.async) is in flight and the stores of the one
+// before drain. What depends on the head alone (prepared q, k and decays, their L2 norms,
+// q . k, beta) is computed once per head, not once per tile.
 //
 // Per tile the arithmetic is RecurrentStepKernel's, in the same order (SPEC section 2): each
 // thread owns kVec columns of 16 rows of the tile and reads only the shared memory it copied.
@@ -29,21 +29,9 @@ constexpr int kStages = 2;  // tiles in shared memory per block: this one and th
 // Per block beside the tiles: q, k and decays, the reduction arrays, the runtime's reserve.
 constexpr int64_t kOtherSharedBytes = 4096;
 constexpr int kMaxBlocksPerMultiprocessor = 8;
-// The registers must allow this many blocks per multiprocessor (shared memory allows 6).
-constexpr int kMinBlocksPerMultiprocessor = 6;
+using State = __nv_bfloat16;
 
-// kVec consecutive state elements to floats and back, in one access of kVec * sizeof(StateT)
-// bytes (16 for fp32 and for bf16 in groups of 8, 8 for bf16 in groups of 4).
-template <int kVec>
-__device__ __forceinline__ void LoadChunk(const float* at, float (&out)[kVec]) {
-  static_assert(kVec == 4, "fp32 state moves in 16-byte groups");
-  const float4 raw = *reinterpret_cast<const float4*>(at);
-  out[0] = raw.x;
-  out[1] = raw.y;
-  out[2] = raw.z;
-  out[3] = raw.w;
-}
-
+// kVec consecutive bf16 state elements to floats and back, in one access of 2 * kVec bytes.
 template <int kVec>
 __device__ __forceinline__ void LoadChunk(const __nv_bfloat16* at, float (&out)[kVec]) {
   using Raw = std::conditional_t<kVec == 8, uint4, uint2>;
@@ -54,11 +42,6 @@ __device__ __forceinline__ void LoadChunk(const __nv_bfloat16* at, float (&out)[
     out[2 * e] = __low2float(pairs[e]);
     out[2 * e + 1] = __high2float(pairs[e]);
   }
-}
-
-template <int kVec>
-__device__ __forceinline__ void StoreChunk(float* at, const float (&in)[kVec]) {
-  *reinterpret_cast<float4*>(at) = make_float4(in[0], in[1], in[2], in[3]);
 }
 
 template <int kVec>
@@ -74,18 +57,18 @@ __device__ __forceinline__ void StoreChunk(__nv_bfloat16* at, const float (&in)[
 // A tile's columns and, in the stored dtype, its bytes.
 template <int kVec>
 inline constexpr int kTileColumnsOf = kColumnThreads * kVec;
-template <typename StateT, int kVec, int kRows>
+template <int kVec, int kRows>
 inline constexpr int64_t kTileBytesOf =
-    int64_t{kRowGroups} * kRows * kTileColumnsOf<kVec> * static_cast<int64_t>(sizeof(StateT));
+    int64_t{kRowGroups} * kRows * kTileColumnsOf<kVec> * static_cast<int64_t>(sizeof(State));
 
 // Rows 16 * kRows >= K; tiles_per_head = ceil(V / tile columns).
-template <typename StateT, int kVec, int kRows>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerMultiprocessor)
+template <int kVec, int kRows>
+__global__ void __launch_bounds__(kThreads, kRows <= 8 ? 6 : 3)
 PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t tiles_per_head) {
   constexpr int kWarps = kThreads / kWarpSize;
   constexpr int kTileRows = kRowGroups * kRows;
   constexpr int kTileColumns = kTileColumnsOf<kVec>;
-  constexpr int kChunkBytes = kVec * static_cast<int>(sizeof(StateT));
+  constexpr int kChunkBytes = kVec * static_cast<int>(sizeof(State));
   static_assert(2 * kTileColumns <= kThreads, "one thread per column sum");
   // kStages tiles, [kTileRows][kTileColumns] each, in the stored dtype.
   extern __shared__ __align__(16) unsigned char staged[];
@@ -103,12 +86,11 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
   const int c = tid % kColumnThreads;
   const int r = tid / kColumnThreads;
 
-  // Tile `item` is column tile item % tiles_per_head of head item / tiles_per_head =
-  // session * HV + hv. Block b takes tiles b, b + gridDim.x, ...: at any time the blocks
-  // stream neighbouring tiles, so the state is read and written in whole rows, as a copy does
-  // (the launch makes gridDim.x a multiple of tiles_per_head: a block keeps one column tile).
+  // This block's run of tiles: tile `item` is column tile item % tiles_per_head of head
+  // item / tiles_per_head = session * HV + hv.
   const int64_t items = int64_t{args.num_sessions} * HV * tiles_per_head;
-  const int64_t stride = gridDim.x;
+  const int64_t begin = items * blockIdx.x / gridDim.x;
+  const int64_t end = items * (blockIdx.x + 1) / gridDim.x;
 
   auto column_of = [&](int64_t item) {
     return static_cast<int32_t>(item % tiles_per_head) * kTileColumns + c * kVec;
@@ -118,19 +100,19 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
     const int64_t head = item / tiles_per_head;
     const int32_t session = static_cast<int32_t>(head / HV);
     const int32_t hv = static_cast<int32_t>(head % HV);
-    return static_cast<StateT*>(states.layer_state[session]) + int64_t{hv} * K * V +
+    return static_cast<State*>(states.layer_state[session]) + int64_t{hv} * K * V +
            column_of(item);
   };
   auto staged_at = [&](int stage, int row) {
-    return reinterpret_cast<StateT*>(staged) + (int64_t{stage} * kTileRows + row) * kTileColumns +
+    return reinterpret_cast<State*>(staged) + (int64_t{stage} * kTileRows + row) * kTileColumns +
            c * kVec;
   };
   // Starts the copy of this thread's part of tile `item` into `stage` and commits it as one
-  // group; past the last tile it commits an empty group, so that the block's n-th tile is
-  // always its n-th group.
+  // group; past the block's run it commits an empty group, so that item i is always the
+  // (i - begin)-th group.
   auto prefetch = [&](int64_t item, int stage) {
-    if (item < items && column_of(item) < V) {
-      const StateT* source = state_at(item);
+    if (item < end && column_of(item) < V) {
+      const State* source = state_at(item);
 #pragma unroll
       for (int m = 0; m < kRows; ++m) {
         const int row = r + kRowGroups * m;
@@ -140,12 +122,12 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
     CopyAsyncCommit();
   };
 
-#pragma unroll
-  for (int n = 0; n < kStages - 1; ++n) prefetch(blockIdx.x + n * stride, n);
-  int n = 0;  // tiles this block has taken
-  for (int64_t item = blockIdx.x; item < items; item += stride, ++n) {
-    const int stage = n % kStages;
-    prefetch(item + (kStages - 1) * stride, (n + kStages - 1) % kStages);
+  prefetch(begin, 0);
+  int64_t prepared_head = -1;
+  float qk_dot = 0.0f, qz_dot = 0.0f, beta = 0.0f;  // of the prepared head
+  for (int64_t item = begin; item < end; ++item) {
+    const int stage = static_cast<int>((item - begin) % kStages);
+    prefetch(item + 1, static_cast<int>((item + 1 - begin) % kStages));
 
     const int64_t head = item / tiles_per_head;
     const int32_t session = static_cast<int32_t>(head / HV);
@@ -160,10 +142,9 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
 #pragma unroll
     for (int e = 0; e < kVec; ++e) v[e] = valid ? LoadElement(in.v, vo_row + col + e, in.dtype) : 0.0f;
 
-    // The head's prepared q, k and row decays in shared memory, q . k, q . (z + k) and beta.
-    float qk_dot = 0.0f, qz_dot = 0.0f, beta = 0.0f;
-    {
-      __syncthreads();  // the previous tile's q_s, k_s and a_s are no longer read
+    if (head != prepared_head) {
+      prepared_head = head;
+      __syncthreads();  // the previous head's q_s, k_s and a_s are no longer read
       const int64_t qk_row = (t * H + h) * K;   // [T, H, K]
       const int64_t g_row = (t * HV + hv) * K;  // [T, HV, K], per-channel gates
       float norms[2] = {0.0f, 0.0f};            // sum(q^2), sum(k^2) over K
@@ -192,8 +173,8 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
         k_norm = L2NormFactor(layer, norms[1]);
       }
       // Each thread transforms the very elements it loaded: no barrier before this.
-      const StateT* normalizer =
-          static_cast<const StateT*>(states.layer_state[session]) + int64_t{HV} * K * V +
+      const State* normalizer =
+          static_cast<const State*>(states.layer_state[session]) + int64_t{HV} * K * V +
           int64_t{hv} * K;
       float dots[2] = {0.0f, 0.0f};  // q.k and q.(z + k)
       for (int32_t i = tid; i < K; i += kThreads) {
@@ -203,26 +184,20 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
             layer.gate == kGatePerChannel ? expf(LogDecay(layer, a_s[i], hv, i)) : scalar_decay;
         dots[0] += q * k;
         if (layer.normalize) {
-          dots[1] += q * (LoadElement(normalizer, i,
-                                      std::is_same_v<StateT, float> ? kFloat32 : kBFloat16) +
-                          k);
+          dots[1] += q * (LoadElement(normalizer, i, kBFloat16) + k);
         }
         q_s[i] = q;
         k_s[i] = k;
         a_s[i] = a;
       }
-      if (layer.delta_rule || layer.normalize) {
-        BlockSum<kThreads>(dots, reduce_scratch);  // its barriers also publish q_s, k_s, a_s
-        qk_dot = dots[0];
-        qz_dot = dots[1];
-      } else {
-        __syncthreads();  // publishes q_s, k_s, a_s
-      }
+      BlockSum<kThreads>(dots, reduce_scratch);  // its barriers also publish q_s, k_s, a_s
+      qk_dot = dots[0];
+      qz_dot = dots[1];
     }
 
     CopyAsyncWaitGroup<kStages - 1>();  // this thread's rows of this tile have arrived
 
-    if (n == 0) {
+    if (item == begin) {
       // Everything before this only read. The input check (the kernel before this one, which
       // this one may overlap) has finished: its record can be read.
       WaitForPrerequisiteGrids();
@@ -235,7 +210,7 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
     }
 
     // Pass 1: decay, and the additive write; partial sums over this thread's rows.
-    StateT* state = state_at(item);
+    State* state = state_at(item);
     float sum_k[kVec], sum_q[kVec];  // S'^T k and S'^T q (delta); S_t^T q in sum_q (additive)
 #pragma unroll
     for (int e = 0; e < kVec; ++e) sum_k[e] = sum_q[e] = 0.0f;
@@ -263,12 +238,10 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
     // Sums over rows: lanes of one column group, then warps.
     const int lane = tid % kWarpSize;
     const int warp = tid / kWarpSize;
-    if constexpr (kColumnThreads < kWarpSize) {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        sum_k[e] = SumAcrossLaneGroups<kColumnThreads>(sum_k[e]);
-        sum_q[e] = SumAcrossLaneGroups<kColumnThreads>(sum_q[e]);
-      }
+    for (int e = 0; e < kVec; ++e) {
+      sum_k[e] = SumAcrossLaneGroups<kColumnThreads>(sum_k[e]);
+      sum_q[e] = SumAcrossLaneGroups<kColumnThreads>(sum_q[e]);
     }
     if (lane < kColumnThreads) {
 #pragma unroll
@@ -316,51 +289,44 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
   }
 }
 
-template <typename StateT, int kVec, int kRows>
+template <int kVec, int kRows>
 cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t stream) {
-  constexpr auto kKernel = PipelinedStepKernel<StateT, kVec, kRows>;
-  constexpr int64_t kSharedBytes = kStages * kTileBytesOf<StateT, kVec, kRows>;
-  if constexpr (kSharedBytes > 48 * 1024) {
-    static const cudaError_t opt_in =
-        cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel),
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
-    if (opt_in != cudaSuccess) return opt_in;
-  }
+  constexpr auto kKernel = PipelinedStepKernel<kVec, kRows>;
+  constexpr int64_t kSharedBytes = kStages * kTileBytesOf<kVec, kRows>;
+  static_assert(kSharedBytes <= 48 * 1024, "no opt-in to large shared memory needed");
   const int32_t tiles_per_head =
       (args.layer.value_dim + kTileColumnsOf<kVec> - 1) / kTileColumnsOf<kVec>;
   const int64_t items = int64_t{args.num_sessions} * args.layer.num_value_heads * tiles_per_head;
-  // As many blocks as run at once (shared memory is what limits them), a multiple of
-  // tiles_per_head; without the device's figures, one block per tile.
+  // As many blocks as run at once (shared memory is what limits them); without the device's
+  // figures, one block per tile.
   int64_t blocks = items;
   if (args.multiprocessors > 0 && args.shared_bytes_per_multiprocessor > 0) {
-    const int64_t per_multiprocessor = std::clamp<int64_t>(
-        args.shared_bytes_per_multiprocessor / (kSharedBytes + kOtherSharedBytes), 1,
-        kMaxBlocksPerMultiprocessor);
-    const int64_t resident = per_multiprocessor * args.multiprocessors;
-    blocks = std::min(items, std::max<int64_t>(resident - resident % tiles_per_head, tiles_per_head));
+    const int64_t per_multiprocessor =
+        std::clamp<int64_t>(args.shared_bytes_per_multiprocessor / (kSharedBytes + kOtherSharedBytes),
+                            1, kMaxBlocksPerMultiprocessor);
+    blocks = std::min(items, per_multiprocessor * args.multiprocessors);
   }
   return LaunchStepKernel(kKernel, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads),
                           static_cast<size_t>(kSharedBytes), args.follows_check, stream, args,
                           states, tiles_per_head);
 }
 
-template <typename StateT, int kVec>
+template <int kVec>
 cudaError_t LaunchForKeyDim(const StepArgs& args, const StepStates& states, cudaStream_t stream) {
-  if (args.layer.key_dim <= kRowGroups * 4) return Launch<StateT, kVec, 4>(args, states, stream);
-  return Launch<StateT, kVec, 8>(args, states, stream);
+  if (args.layer.key_dim <= kRowGroups * 4) return Launch<kVec, 4>(args, states, stream);
+  return Launch<kVec, 8>(args, states, stream);
 }
 
 }  // namespace
 
-bool PipelinedStepFits(const LayerConfig& layer) {
-  return layer.value_dim % 4 == 0 && layer.key_dim <= kRowGroups * 8;
+bool PipelinedStepFits(const StepArgs& args) {
+  return args.state_bf16 && args.layer.value_dim % 4 == 0 && args.layer.key_dim <= kRowGroups * 8;
 }
 
 cudaError_t LaunchPipelinedStep(const StepArgs& args, const StepStates& states,
                                 cudaStream_t stream) {
-  if (!args.state_bf16) return LaunchForKeyDim<float, 4>(args, states, stream);
-  if (args.layer.value_dim % 8 == 0) return LaunchForKeyDim<__nv_bfloat16, 8>(args, states, stream);
-  return LaunchForKeyDim<__nv_bfloat16, 4>(args, states, stream);
+  if (args.layer.value_dim % 8 == 0) return LaunchForKeyDim<8>(args, states, stream);
+  return LaunchForKeyDim<4>(args, states, stream);
 }
 
 }  // namespace lumen::cuda

@@ -1,14 +1,15 @@
 #pragma once
-// The decode kernel for the common shapes (K <= 128, V a multiple of 4): a persistent grid
-// whose blocks stream many state tiles each, the next tile's copy in flight while the current
-// one computes. recurrent_step.cu dispatches to it; its contract is LaunchRecurrentStep's.
+// The decode kernel for bf16 state in the common shapes (K <= 128, V a multiple of 4): a
+// persistent grid whose blocks stream many state tiles each, the next tile's copy in flight
+// while the current one computes. recurrent_step.cu dispatches to it; its contract is
+// LaunchRecurrentStep's.
 
 #include "backends/cuda/kernels/recurrent_step.cuh"
 
 namespace lumen::cuda {
 
-// Whether the pipelined kernel takes steps of `layer` with the given state dtype.
-bool PipelinedStepFits(const LayerConfig& layer);
+// Whether the pipelined kernel takes the steps of `args`: bf16 state, K <= 128, V % 4 == 0.
+bool PipelinedStepFits(const StepArgs& args);
 
 // Enqueues the state update and o of one token for each session of `args` on `stream`
 // (not the normalizer update: LaunchRecurrentStep adds it). Returns the launch status.

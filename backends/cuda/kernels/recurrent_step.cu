@@ -1,5 +1,5 @@
-// The general recurrent step kernel, for the shapes the pipelined kernel (pipelined_step.cu)
-// does not take: V not a multiple of 4, or K > 128. A block owns one column tile of one value
+// The block step kernel, for every shape except bf16 state with K <= 128 and V % 4 == 0 (the
+// pipelined kernel of pipelined_step.cu takes those). A block owns one column tile of one value
 // head of one session:
 // rows split across kRowGroups thread groups, columns across kColumnThreads threads of kVec
 // consecutive columns each (one 16-byte access for fp32 state). Columns of S evolve
@@ -23,6 +23,9 @@ static_assert(kBlockThreads % kMaxWarpSize == 0, "blocks of whole warps on every
 constexpr int kColumnThreads = 8;
 constexpr int kRowGroups = kBlockThreads / kColumnThreads;
 constexpr int kWarps = kBlockThreads / kWarpSize;
+// Blocks of the staged kernel resident per SM that registers must allow (each keeps its
+// tile's copies in flight); a 256-row tile's shared memory allows fewer.
+constexpr int StagedBlocksPerSm(int rows) { return rows >= 16 ? 5 : 8; }
 static_assert(kWarpSize % kColumnThreads == 0, "a warp holds whole row groups");
 
 template <int kVec>
@@ -75,13 +78,19 @@ struct StateIo<1> {
 };
 
 // kRows rows per thread per chunk of kRowGroups * kRows rows. kSingleChunk: K fits in one
-// chunk, so the tile is read once, held in registers, and written once.
+// chunk, so the tile is read once and written once. With 16-byte column groups it is copied
+// into shared memory asynchronously (kStaged): the bytes in flight are then bounded by shared
+// memory, not by registers, and the registers stay few enough for many blocks per SM. Else
+// it is held in registers.
 template <int kVec, int kRows, bool kSingleChunk>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, kSingleChunk && kVec == 4 ? StagedBlocksPerSm(kRows) : 1)
 RecurrentStepKernel(const StepArgs args, const StepStates states) {
   constexpr int kChunk = kRowGroups * kRows;
   constexpr int kTileColumns = kColumnThreads * kVec;
+  constexpr bool kStaged = kSingleChunk && kVec == 4;
   __shared__ float q_s[kChunk], k_s[kChunk], a_s[kChunk];
+  // The state tile, [kChunk, kTileColumns] in the stored dtype (fp32 or bf16).
+  __shared__ __align__(16) float staged[kStaged ? kChunk * kTileColumns : 1];
   __shared__ float partial[kWarps][2 * kTileColumns];
   __shared__ float column_sum[2 * kTileColumns];
   __shared__ float reduce_scratch[kWarps * 2];
@@ -114,8 +123,23 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   const char* normalizer =
       static_cast<char*>(block) + (static_cast<int64_t>(HV) * K * V + int64_t{hv} * K) * elem;
 
+  // Where row j (of the chunk) of this thread's columns sits in the staged tile.
+  auto tile_at = [&](int j) {
+    return reinterpret_cast<char*>(staged) + (int64_t{j} * kTileColumns + c * kVec) * elem;
+  };
   float s[kRows][kVec];
-  if (kSingleChunk) {
+  if (kStaged) {
+    // Start every state copy first: they are the bytes this kernel exists to move.
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      const int32_t i = r + kRowGroups * m;
+      if (i < K && valid > 0) {
+        const char* source = matrix + (int64_t{i} * V + col) * elem;
+        bf16 ? CopyAsync<4 * 2>(tile_at(i), source) : CopyAsync<4 * 4>(tile_at(i), source);
+      }
+    }
+    CopyAsyncCommit();
+  } else if (kSingleChunk) {
     // Issue every state load first: they are the bytes this kernel exists to move.
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
@@ -222,6 +246,8 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
 #pragma unroll
   for (int e = 0; e < kVec; ++e) sum_k[e] = sum_q[e] = 0.0f;
 
+  if (kStaged) CopyAsyncWaitAll();  // this thread's own rows of the tile have arrived
+
   // The input check (the kernel before this one) has finished: its record can be read.
   WaitForPrerequisiteGrids();
   if (threadIdx.x == 0) input_failed = InputFailed(args.input_error);
@@ -232,6 +258,30 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
     if (!kSingleChunk && base > 0) __syncthreads();  // the previous chunk's reads are done
     stage(base, true);
     if (input_failed) return;  // the call's inputs failed their check: change nothing
+    if constexpr (kStaged) {
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const int j = r + kRowGroups * m;
+        if (j >= K || valid <= 0) continue;
+        float row[kVec];
+        StateIo<kVec>::Load(tile_at(j), 0, bf16, valid, row);
+        const float a = a_s[j], k = k_s[j], q = q_s[j];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          if (layer.delta_rule) {
+            row[e] *= a;
+            sum_k[e] += k * row[e];
+            sum_q[e] += q * row[e];
+          } else {
+            row[e] = a * row[e] + k * v[e];
+            sum_q[e] += q * row[e];
+          }
+        }
+        if (!layer.delta_rule) {
+          StateIo<kVec>::Store(matrix, int64_t{j} * V + col, bf16, valid, row);
+        }
+      }
+    } else {
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const int j = r + kRowGroups * m;
@@ -259,6 +309,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
       if (!kSingleChunk && !layer.delta_rule && i < K && valid > 0) {
         StateIo<kVec>::Store(matrix, int64_t{i} * V + col, bf16, valid, s[m]);
       }
+    }
     }
   }
 
@@ -296,7 +347,20 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   }
 
   // Pass 2: the delta write, S_t = S' + k u^T, then every state store.
-  if (kSingleChunk) {
+  if constexpr (kStaged) {
+    if (layer.delta_rule) {
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const int j = r + kRowGroups * m;
+        if (j >= K || valid <= 0) continue;
+        float row[kVec];
+        StateIo<kVec>::Load(tile_at(j), 0, bf16, valid, row);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) row[e] = a_s[j] * row[e] + k_s[j] * u[e];
+        StateIo<kVec>::Store(matrix, int64_t{j} * V + col, bf16, valid, row);
+      }
+    }
+  } else if (kSingleChunk) {
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const int32_t i = r + kRowGroups * m;
@@ -380,8 +444,8 @@ cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t 
                           dim3(kBlockThreads), 0, args.follows_check, stream, args, states);
 }
 
-// Rows held in registers when K fits (K up to 32, 64, 128, 256), else the chunked path for
-// any K.
+// The one dispatch switch: 16-byte column groups when V allows them, rows held in registers
+// when K fits (K up to 32, 64, 128, 256), else the chunked path for any K.
 template <int kVec>
 cudaError_t LaunchForKeyDim(const StepArgs& args, const StepStates& states,
                             cudaStream_t stream) {
@@ -400,7 +464,7 @@ cudaError_t LaunchRecurrentStep(const StepArgs& args, const StepStates& states,
   if (args.num_sessions == 0) return cudaSuccess;
   // Every head's slice starts 16-byte aligned when V % 4 == 0 (blocks are 64-byte aligned).
   cudaError_t error = cudaSuccess;
-  if (PipelinedStepFits(args.layer)) {
+  if (PipelinedStepFits(args)) {
     error = LaunchPipelinedStep(args, states, stream);
   } else if (args.layer.value_dim % 4 == 0) {
     error = LaunchForKeyDim<4>(args, states, stream);
