@@ -85,6 +85,18 @@ void ReadModifyWrite(float* s, int64_t count) {
   for (int64_t i = 0; i < count; ++i) s[i] = 0.999f * s[i] + 1e-6f;
 }
 
+// The sum of count floats (a multiple of 16) in 16 lanes, which GCC vectorises.
+LUMEN_BENCH_CLONES
+float SumOfFloats(const float* s, int64_t count) {
+  float lanes[16] = {};
+  for (int64_t i = 0; i < count; i += 16) {
+    for (int32_t j = 0; j < 16; ++j) lanes[j] += s[i + j];
+  }
+  float sum = 0.0f;
+  for (float lane : lanes) sum += lane;
+  return sum;
+}
+
 // ---------------------------------------------------------------------------------------
 // sgemm micro-kernels: C[MR x NR] += A_panel^T B_panel over depth kc, A packed [kc][MR],
 // B packed [kc][NR], C row-major with leading dimension ldc.
@@ -275,6 +287,25 @@ Timing TimeReadModifyWrite(SpinTeam& team, int64_t bytes, int32_t repeats,
     int64_t begin, end;
     Slice(floats, index, count, &begin, &end);
     ReadModifyWrite(state.get() + begin, end - begin);
+  };
+  return TimePasses([&] { team.Run(part); }, repeats, min_seconds);
+}
+
+Timing TimeReadThenReadModifyWrite(SpinTeam& team, int64_t bytes, int64_t block_bytes,
+                                   int32_t repeats, double min_seconds) {
+  const int64_t block_floats = block_bytes / 4;
+  const int64_t blocks = bytes / block_bytes;
+  std::unique_ptr<float, AlignedFree> state(AllocateFloats(blocks * block_floats));
+  std::fill(state.get(), state.get() + blocks * block_floats, 1.0f);
+  std::vector<float> sums(team.threads());  // kept, so the read passes are not dropped
+  const std::function<void(int32_t, int32_t)> part = [&](int32_t index, int32_t count) {
+    float sum = 0.0f;
+    for (int64_t b = blocks * index / count; b < blocks * (index + 1) / count; ++b) {
+      float* block = state.get() + b * block_floats;
+      sum += SumOfFloats(block, block_floats);
+      ReadModifyWrite(block, block_floats);
+    }
+    sums[index] = sum;
   };
   return TimePasses([&] { team.Run(part); }, repeats, min_seconds);
 }

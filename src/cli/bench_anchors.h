@@ -44,6 +44,13 @@ Timing TimeMemcpy(SpinTeam& team, int64_t bytes, int32_t repeats, double min_sec
 Timing TimeReadModifyWrite(SpinTeam& team, int64_t bytes, int32_t repeats,
                            double min_seconds);
 
+// Per block of `block_bytes` (one head's state), a read pass (a sum of its floats) and then
+// the read-modify-write pass above: the memory traffic of the delta rule's two passes over a
+// head, without its arithmetic. Blocks are split across the team's threads as lumen splits
+// a step's heads (contiguous runs, one per thread).
+Timing TimeReadThenReadModifyWrite(SpinTeam& team, int64_t bytes, int64_t block_bytes,
+                                   int32_t repeats, double min_seconds);
+
 // The fp32 matrix-product peak: a register-blocked sgemm micro-kernel (12 x 32 with
 // AVX-512, 6 x 16 with AVX2 + FMA, plain C++ elsewhere) over packed panels that stay in
 // cache, one independent product per thread. Returns GFLOP/s over all threads, best of

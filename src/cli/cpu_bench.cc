@@ -72,9 +72,10 @@ void PrintUsage(std::FILE* to) {
       "Decode (lumen_engine_step_batch over N sessions) and prefill (lumen_session_prefill of\n"
       "T tokens) of every family at HV = 32, K = V = 128, fp32 state, with the caller's\n"
       "buffers on a cache line and 16 bytes off one. Beside them, measured in the same run:\n"
-      "memcpy and an in-place read-modify-write pass (RMW) over the same bytes of state, the\n"
-      "fp32 matrix-product peak of a register-blocked sgemm, and lumen_session_step token by\n"
-      "token. Times are the best of R repeats (default 5), with the spread worst/best - 1.\n"
+      "memcpy and an in-place read-modify-write pass (RMW) over the same bytes of state, a\n"
+      "read pass then the RMW pass over each head's state (2-pass: the delta rule's traffic),\n"
+      "the fp32 matrix-product peak of a register-blocked sgemm, and lumen_session_step token\n"
+      "by token. Times are the best of R repeats (default 5), with the spread worst/best - 1.\n"
       "--quick runs a few small cases once (a smoke test; its numbers mean nothing).\n");
 }
 
@@ -359,6 +360,7 @@ std::string Percent(double fraction) {
 
 struct MemoryAnchors {
   Timing memcpy_time, rmw;
+  Timing two_pass;  // a read pass, then the RMW pass, over each head's state
 };
 
 struct Anchors {
@@ -370,7 +372,8 @@ struct Anchors {
 Anchors MeasureAnchors(const Options& options) {
   Anchors anchors;
   std::printf("\n== Anchors (best of %d; spread = worst / best - 1)\n", options.repeats);
-  std::printf("%-9s %-8s %14s %14s\n", "threads", "sessions", "memcpy us", "RMW pass us");
+  std::printf("%-9s %-8s %14s %14s %17s\n", "threads", "sessions", "memcpy us",
+              "RMW pass us", "read+RMW/head us");
   for (int64_t threads : options.threads) {
     SpinTeam team(static_cast<int32_t>(threads));
     for (int64_t sessions : options.sessions) {
@@ -378,11 +381,14 @@ Anchors MeasureAnchors(const Options& options) {
       MemoryAnchors m;
       m.memcpy_time = TimeMemcpy(team, bytes, options.repeats, options.min_seconds);
       m.rmw = TimeReadModifyWrite(team, bytes, options.repeats, options.min_seconds);
+      m.two_pass = TimeReadThenReadModifyWrite(team, bytes, kStateBytes / kHeads,
+                                               options.repeats, options.min_seconds);
       anchors.memory[{sessions, threads}] = m;
-      std::printf("%-9lld %-8lld %8s (%3s) %8s (%3s)\n", static_cast<long long>(threads),
-                  static_cast<long long>(sessions), Us(m.memcpy_time.best_seconds).c_str(),
-                  Percent(m.memcpy_time.spread).c_str(), Us(m.rmw.best_seconds).c_str(),
-                  Percent(m.rmw.spread).c_str());
+      std::printf("%-9lld %-8lld %8s (%3s) %8s (%3s) %11s (%3s)\n",
+                  static_cast<long long>(threads), static_cast<long long>(sessions),
+                  Us(m.memcpy_time.best_seconds).c_str(), Percent(m.memcpy_time.spread).c_str(),
+                  Us(m.rmw.best_seconds).c_str(), Percent(m.rmw.spread).c_str(),
+                  Us(m.two_pass.best_seconds).c_str(), Percent(m.two_pass.spread).c_str());
     }
     anchors.peak_gflops[threads] =
         MeasureSgemmPeak(team, options.repeats, options.min_seconds, &anchors.sgemm_kernel);
@@ -451,8 +457,8 @@ std::vector<lumen_session*> CreateSessions(lumen_engine* engine, int64_t n,
 
 void RunDecode(const Options& options, const Anchors& anchors, const InputBuffers& buffers) {
   std::printf("\n== Decode: lumen_engine_step_batch, one token for each of N sessions\n");
-  std::printf("%-16s %4s %3s %-5s %18s %8s %8s %8s\n", "family", "N", "thr", "align",
-              "us/step (spread)", "/RMW", "/memcpy", "2t gain");
+  std::printf("%-16s %4s %3s %-5s %18s %8s %8s %8s %8s\n", "family", "N", "thr", "align",
+              "us/step (spread)", "/RMW", "/memcpy", "/2-pass", "2t gain");
   for (const FamilySetup& family : kFamilies) {
     if (!Selected(options, family.name)) continue;
     Owned<lumen_model> model = BuildModel(family, false);
@@ -479,11 +485,12 @@ void RunDecode(const Options& options, const Anchors& anchors, const InputBuffer
           if (threads != 1 && one_thread > 0) {
             std::snprintf(gain, sizeof(gain), "%.2fx", one_thread / t.best_seconds);
           }
-          std::printf("%-16s %4lld %3lld %-5s %11s (%3s) %7.2fx %7.2fx %8s\n", family.name,
-                      static_cast<long long>(n), static_cast<long long>(threads),
+          std::printf("%-16s %4lld %3lld %-5s %11s (%3s) %7.2fx %7.2fx %7.2fx %8s\n",
+                      family.name, static_cast<long long>(n), static_cast<long long>(threads),
                       misalign == 0 ? "line" : "+16B", Us(t.best_seconds).c_str(),
                       Percent(t.spread).c_str(), t.best_seconds / m.rmw.best_seconds,
-                      t.best_seconds / m.memcpy_time.best_seconds, gain);
+                      t.best_seconds / m.memcpy_time.best_seconds,
+                      t.best_seconds / m.two_pass.best_seconds, gain);
           std::fflush(stdout);
         }
       }
