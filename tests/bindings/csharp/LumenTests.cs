@@ -242,6 +242,23 @@ public static class LumenTests {
     }
   }
 
+  static void ReservingScratchChecksItsArguments() {
+    using (Engine engine = NewEngine(out Model model))
+    using (model)
+    using (var reservation = new Reservation { MaxSessions = 8, MaxTokens = 4096 }) {
+      // The CPU backend holds no device scratch: a valid reservation changes nothing.
+      engine.Reserve(reservation);
+      Check(engine.ScratchBytes == 0, "no device scratch on the CPU");
+      foreach (var (sessions, tokens) in new[] {(0, 1), (1, 0), (-3, 5), ((1 << 20) + 1, 1)}) {
+        reservation.MaxSessions = sessions;
+        reservation.MaxTokens = tokens;
+        var error = Throws<LumenException>(() => engine.Reserve(reservation), "a bad reservation");
+        Check(error.Code == LumenStatus.INVALID_ARGUMENT, error.Message);
+        Check(error.Message.Contains("max_sessions"), error.Message);
+      }
+    }
+  }
+
   static long ResidentBytes() =>
       long.Parse(File.ReadAllText("/proc/self/statm").Split(' ')[1]) * 4096;
 
@@ -283,7 +300,8 @@ public static class LumenTests {
     var tests = new Action[] {
       EveryHeaderFunctionIsReachable, StepAndPrefillMatchTheReference, PointersAndBf16Inputs,
       BatchedStepAndVarlenPrefillMatchSingleSessions, SnapshotRoundTripsThroughBytesAndAFile,
-      BadCallsThrowWithTheLibraryMessage, NativeMemoryIsReleased,
+      BadCallsThrowWithTheLibraryMessage, ReservingScratchChecksItsArguments,
+      NativeMemoryIsReleased,
     };
     int failed = 0;
     foreach (Action test in tests) {
