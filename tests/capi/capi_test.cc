@@ -1008,10 +1008,12 @@ TEST_CASE("reserving scratch: arguments are checked, the CPU holds none", "[capi
                {"engine"});
   CheckFailure(lumen_engine_scratch_bytes(engine.get(), nullptr), LUMEN_ERROR_INVALID_ARGUMENT,
                {"out"});
+  constexpr int32_t kInt32Min = std::numeric_limits<int32_t>::min();
+  constexpr int32_t kInt32Max = std::numeric_limits<int32_t>::max();
   const struct {
     int32_t sessions, tokens;
-  } bad[] = {{0, 1}, {1, 0}, {-1, 5}, {5, -1}, {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::min()}, {(1 << 20) + 1, 1},
-             {std::numeric_limits<int32_t>::max(), 1}};
+  } bad[] = {{0, 1}, {1, 0}, {-1, 5}, {5, -1}, {kInt32Min, kInt32Min}, {(1 << 20) + 1, 1},
+             {kInt32Max, 1}};
   for (const auto& b : bad) {
     INFO("max_sessions " << b.sessions << ", max_tokens " << b.tokens);
     lumen_reservation r = reservation;
@@ -1026,7 +1028,7 @@ TEST_CASE("reserving scratch: arguments are checked, the CPU holds none", "[capi
                {"lumen_reservation"});
   // The largest count accepted; the engine still runs after every failure.
   reservation.max_sessions = 1 << 20;
-  reservation.max_tokens = std::numeric_limits<int32_t>::max();
+  reservation.max_tokens = kInt32Max;
   CHECK(lumen_engine_reserve(engine.get(), &reservation) == LUMEN_OK);
   REQUIRE(lumen_engine_scratch_bytes(engine.get(), &bytes) == LUMEN_OK);
   CHECK(bytes == 0);

@@ -1,6 +1,7 @@
 // The CUDA backend through the public C API, on a GPU: against the CPU backend on random
 // inputs at realistic sizes (short convolutions and Mamba-2 included), host and device
-// buffers, CUDA graphs of steps and prefills, input errors of device-buffer calls, slots of
+// buffers, CUDA graphs of steps and prefills (after a scratch reservation too, and calls
+// beyond it), input errors of device-buffer calls and the token counts they leave, slots of
 // the pool that a call does not name, snapshots across backends, and running out of device
 // memory.
 //
