@@ -249,9 +249,10 @@ public static class LumenTests {
       // The CPU backend holds no device scratch: a valid reservation changes nothing.
       engine.Reserve(reservation);
       Check(engine.ScratchBytes == 0, "no device scratch on the CPU");
-      foreach (var (sessions, tokens) in new[] {(0, 1), (1, 0), (-3, 5), ((1 << 20) + 1, 1)}) {
-        reservation.MaxSessions = sessions;
-        reservation.MaxTokens = tokens;
+      int[][] bad = {new[] {0, 1}, new[] {1, 0}, new[] {-3, 5}, new[] {(1 << 20) + 1, 1}};
+      foreach (int[] counts in bad) {
+        reservation.MaxSessions = counts[0];
+        reservation.MaxTokens = counts[1];
         var error = Throws<LumenException>(() => engine.Reserve(reservation), "a bad reservation");
         Check(error.Code == LumenStatus.INVALID_ARGUMENT, error.Message);
         Check(error.Message.Contains("max_sessions"), error.Message);
