@@ -118,6 +118,14 @@ absl::Status CudaBackend::Initialize() {
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_),
       "reading the device's compute capability");
   dependent_launch_ = LUMEN_GPU_NVIDIA_PATHS && major >= 9;  // the portable paths never overlap
+  int shared_bytes = 0;
+  LUMEN_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_),
+      "reading the device's multiprocessor count");
+  LUMEN_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&shared_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device_),
+      "reading the device's shared memory per multiprocessor");
+  shared_bytes_per_multiprocessor_ = shared_bytes;
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&scratch_free_, cudaEventDisableTiming),
                              "creating an event");
   LUMEN_CUDA_RETURN_IF_ERROR(cudaMalloc(&input_error_, sizeof(InputErrorRecord)),
@@ -557,6 +565,8 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
   args.out_dtype = o32 != nullptr ? kFloat32 : run.output->dtype;
   args.state_bf16 = call.state_bf16;
   args.input_error = input_error_;
+  args.multiprocessors = multiprocessors_;
+  args.shared_bytes_per_multiprocessor = shared_bytes_per_multiprocessor_;
   SessionStates states;
   for (int32_t first = 0; first < n; first += kStepSessionsPerLaunch) {
     args.first_session = first;

@@ -92,6 +92,9 @@ class CudaBackend : public Backend {
 
   const int32_t device_;
   bool dependent_launch_ = false;  // sm_90 or newer: steps overlap the input check
+  // The device's multiprocessors and shared memory per multiprocessor (StepArgs).
+  int32_t multiprocessors_ = 0;
+  int64_t shared_bytes_per_multiprocessor_ = 0;
   std::mutex mutex_;  // one call at a time owns the pool and the scratch
   StatePool pool_;
 
