@@ -24,6 +24,7 @@ struct CheckedTensor {
 struct CheckArgs {
   CheckedTensor tensors[5];  // kInputQ .. kInputBeta
   int32_t dtype = kFloat32;
+  unsigned long long call = 0;
 };
 
 __device__ __forceinline__ bool Inside(float value, int32_t domain) {
@@ -64,6 +65,7 @@ __device__ void FinishCheck(const CheckArgs& args, int32_t num_sessions, int32_t
     record->session = session;
     record->session_token = token - first;
     record->num_sessions = num_sessions;
+    record->call = args.call;
     record->error = key;
   }
   if (hold_sequences && record->error != kNoInputError) {
@@ -127,6 +129,7 @@ cudaError_t LaunchCheckInputs(const LayerConfig& layer, const RawInputs& inputs,
   const int64_t K = layer.key_dim, V = layer.value_dim;
   CheckArgs args;
   args.dtype = inputs.dtype;
+  args.call = inputs.call;
   args.tensors[kInputQ] = {inputs.q, num_tokens * H * K, H, K, kDomainFinite};
   args.tensors[kInputK] = {inputs.k, num_tokens * H * K, H, K, kDomainFinite};
   if (inputs.g != nullptr && layer.fixed_log_decay == nullptr && layer.gate != kGateNone) {
