@@ -15,7 +15,8 @@
 // fp32's range.
 //   - No gate or one gate per token: P = tril(Q K^T) ⊙ F, the decay applied after the product.
 //   - Per-channel gates (gla, kda): F differs by channel, so it must be inside the product.
-//     The chunk is cut into sub-chunks of kSubChunk tokens; rows of sub-chunk j are scaled
+//     The chunk is cut into sub-chunks (the longest of 64, 32 or 16 tokens whose every
+//     sub-chunk keeps its decay above kMinSplitFactor, else 16); rows of sub-chunk j are scaled
 //     against its first token r (q_t F[t, r] <= 1), columns s before it by F[r, s] <= 1, and
 //     their product is then exactly q_t k_s F[t, s]. Inside a sub-chunk the columns are
 //     k_s / F[s, r] >= 1, which stays finite while the sub-chunk's decay is above
@@ -42,7 +43,9 @@ constexpr float kNegligibleFactor = 1e-30f;
 // e^-60: columns k_s / F[s, r] <= 1.2e26 stay far from fp32 overflow (3.4e38) and the rows'
 // q_t F[t, r] >= 8.8e-27 far from denormals, for inputs of any sane magnitude.
 constexpr float kMinSplitFactor = 8.8e-27f;
-// Tokens per sub-chunk of a per-channel gate: one 16-float vector of columns per sub-chunk.
+// Shortest sub-chunk of a per-channel gate: one 16-float vector of columns. Longer ones
+// (kChunkSize / 2, kChunkSize) are taken where every sub-chunk's decay allows the split
+// inside it: fewer, larger products and fewer scaled copies of the columns.
 constexpr int32_t kSubChunk = 16;
 
 inline float Negligible(float factor) { return factor < kNegligibleFactor ? 0.0f : factor; }
@@ -61,8 +64,8 @@ struct ChunkScratch {
   float* k_end_t;     // [K, C] (K ⊙ z)^T
   float* local;       // [C, K] vector gate: F[t, r] for t in the sub-chunk that starts at r
   float* tail;        // [C, K] vector gate: F[last, s] for s in the sub-chunk that ends at last
-  float* rows;        // [kSubChunk, K] vector gate: one sub-chunk's q rows times F[t, r]
-  float* rows_k;      // [kSubChunk, K] the same for k, delta rule
+  float* rows;        // [C, K] vector gate: one sub-chunk's q rows times F[t, r]
+  float* rows_k;      // [C, K] the same for k, delta rule
   float* columns;     // [C, K] vector gate: k rows scaled against one sub-chunk's start
   float* columns_t;   // [K, C] their transpose
   float* factor;      // [K] one row of decay factors
@@ -85,7 +88,7 @@ ChunkScratch CarveScratch(int32_t key_dim, int32_t value_dim, ChunkWorkspace* wo
   const int64_t c = kChunkSize;
   const int64_t k = std::max(key_dim, 1);
   const int64_t needed =
-      13 * c * k + 2 * int64_t{kSubChunk} * k + 2 * std::max(c, k) + 2 * c * c + c * value_dim;
+      15 * c * k + 2 * std::max(c, k) + 2 * c * c + c * value_dim;
   if (static_cast<int64_t>(workspace->buffer.size()) < needed) {
     workspace->buffer.resize(needed);
   }
@@ -107,8 +110,8 @@ ChunkScratch CarveScratch(int32_t key_dim, int32_t value_dim, ChunkWorkspace* wo
   s.k_end_t = take(c * k);
   s.local = take(c * k);
   s.tail = take(c * k);
-  s.rows = take(kSubChunk * k);
-  s.rows_k = take(kSubChunk * k);
+  s.rows = take(c * k);
+  s.rows_k = take(c * k);
   s.columns = take(c * k);
   s.columns_t = take(c * k);
   s.factor = take(std::max(c, k));
@@ -236,11 +239,11 @@ void ScoresByToken(const HeadRule& rule, int32_t key_dim, int32_t length,
   }
 }
 
-// F[t, r] for every t of each sub-chunk (r its first token; `local`), F[last, s] for every s
-// (last its last token; `tail`).
-void SubChunkDecays(int32_t key_dim, int32_t length, const ChunkScratch& s) {
-  for (int32_t first = 0; first < length; first += kSubChunk) {
-    const int32_t last = std::min(first + kSubChunk, length) - 1;
+// F[t, r] for every t of each sub-chunk of `sub` tokens (r its first token; `local`),
+// F[last, s] for every s (last its last token; `tail`).
+void SubChunkDecays(int32_t key_dim, int32_t length, int32_t sub, const ChunkScratch& s) {
+  for (int32_t first = 0; first < length; first += sub) {
+    const int32_t last = std::min(first + sub, length) - 1;
     std::fill_n(s.local + first * key_dim, key_dim, 1.0f);
     for (int32_t t = first + 1; t <= last; ++t) {
       const float* prev = s.local + (t - 1) * key_dim;
@@ -283,14 +286,35 @@ void ExactSubChunk(const HeadRule& rule, int32_t key_dim, int32_t length, int32_
   }
 }
 
+// Whether every sub-chunk of the current `local` keeps its decay above kMinSplitFactor.
+bool SplitsEverywhere(int32_t key_dim, int32_t length, int32_t sub, const ChunkScratch& s) {
+  float weakest = 1.0f;
+  for (int32_t first = 0; first < length; first += sub) {
+    const float* decay = s.local + (std::min(first + sub, length) - 1) * key_dim;
+    for (int32_t i = 0; i < key_dim; ++i) weakest = std::min(weakest, decay[i]);
+  }
+  return weakest >= kMinSplitFactor;
+}
+
+// The longest sub-chunk (kChunkSize, half of it, kSubChunk) that splits everywhere, else
+// kSubChunk; leaves its decays in `local` and `tail`.
+int32_t ChooseSubChunk(int32_t key_dim, int32_t length, const ChunkScratch& s) {
+  for (int32_t sub = kChunkSize; sub > kSubChunk; sub /= 2) {
+    SubChunkDecays(key_dim, length, sub, s);
+    if (SplitsEverywhere(key_dim, length, sub, s)) return sub;
+  }
+  SubChunkDecays(key_dim, length, kSubChunk, s);
+  return kSubChunk;
+}
+
 // Step 3, a gate per channel: P and K K^T ⊙ F by sub-chunks of rows (see the top).
 template <class Shape>
 void ScoresBySubChunk(const HeadRule& rule, int32_t key_dim, int32_t length,
                       const ChunkScratch& s) {
-  SubChunkDecays(key_dim, length, s);
+  const int32_t sub = ChooseSubChunk(key_dim, length, s);
   float* between = s.factor;  // F[first, end of an earlier sub-chunk]
-  for (int32_t first = 0; first < length; first += kSubChunk) {
-    const int32_t end = std::min(first + kSubChunk, length);
+  for (int32_t first = 0; first < length; first += sub) {
+    const int32_t end = std::min(first + sub, length);
     const int32_t rows = end - first;
     const float* sub_decay = s.local + (end - 1) * key_dim;  // F[last, first]
     float weakest = 1.0f;
@@ -314,8 +338,8 @@ void ScoresBySubChunk(const HeadRule& rule, int32_t key_dim, int32_t length,
     // from there to `first`, built from the nearest sub-chunk back.
     const float* e_first = s.decay + first * key_dim;
     std::copy_n(e_first, key_dim, between);
-    for (int32_t before = first - kSubChunk; before >= 0; before -= kSubChunk) {
-      for (int32_t c = before; c < before + kSubChunk; ++c) {
+    for (int32_t before = first - sub; before >= 0; before -= sub) {
+      for (int32_t c = before; c < before + sub; ++c) {
         const float* tail = s.tail + c * key_dim;
         const float* k = s.k + c * key_dim;
         float* out = s.columns + c * key_dim;
@@ -324,7 +348,7 @@ void ScoresBySubChunk(const HeadRule& rule, int32_t key_dim, int32_t length,
       }
       if (before > 0) {  // on past sub-chunk `before`: its whole decay, e_before F[last, before]
         const float* e = s.decay + before * key_dim;
-        const float* whole = s.local + (before + kSubChunk - 1) * key_dim;
+        const float* whole = s.local + (before + sub - 1) * key_dim;
 #pragma omp simd
         for (int32_t i = 0; i < key_dim; ++i) {
           between[i] = Negligible(between[i] * Negligible(e[i] * whole[i]));
