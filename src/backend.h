@@ -8,14 +8,22 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "lumen/lumen.h"
 #include "src/layer_spec.h"
 
 namespace lumen {
 
+class Session;
+
 // One layer call, already validated by the engine: shapes, counts, dtypes and sessions.
 struct LayerRun {
   bool chunkwise = false;               // prefill (chunkwise) or step (recurrent)
+  int32_t layer = 0;                    // the layer's index in the model
+  // The call's sessions (valid during Run only). The engine adds each one's tokens to its
+  // counts once Run returns OK; a backend whose call fails later may take them back
+  // (Session::token_counts).
+  absl::Span<Session* const> sessions;
   std::vector<void*> states;            // per session: the layer's state in backend memory
   std::vector<int32_t> cu_seqlens;      // [num_sessions + 1] token offsets into the inputs
   const lumen_layer_inputs* inputs = nullptr;
@@ -55,6 +63,16 @@ class Backend {
   // Runs the call's tokens through one layer for every session in it. Must not change any
   // state unless it returns OK.
   virtual absl::Status Run(const LayerSpec& spec, const LayerRun& run) = 0;
+
+  // Makes every later call of at most max_sessions sessions and max_tokens tokens, on any
+  // layer of `model`, over device buffers, run without allocating (lumen_engine_reserve).
+  // Arguments already checked (both >= 1). Backends without device scratch have nothing to do.
+  virtual absl::Status Reserve(const Model& /*model*/, int32_t /*max_sessions*/,
+                               int32_t /*max_tokens*/) {
+    return absl::OkStatus();
+  }
+  // Bytes of device scratch held now (lumen_engine_scratch_bytes).
+  virtual int64_t scratch_bytes() const { return 0; }
 };
 
 // Creates the backend an engine asked for (AUTO resolved here: CUDA when this build has it and

@@ -67,6 +67,20 @@ absl::StatusOr<std::unique_ptr<Session>> Engine::CreateSession() {
   return Session::Create(shared_from_this());
 }
 
+absl::Status Engine::Reserve(const lumen_reservation& reservation) {
+  if (absl::Status status = CheckStructSize(reservation, "lumen_reservation"); !status.ok()) {
+    return status;
+  }
+  const lumen_reservation current = CurrentLayout(reservation);
+  if (current.max_sessions < 1 || current.max_sessions > kMaxReservedSessions ||
+      current.max_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a reservation needs 1 <= max_sessions <= ", kMaxReservedSessions,
+        " and max_tokens >= 1 (got ", current.max_sessions, " and ", current.max_tokens, ")"));
+  }
+  return backend_->Reserve(*model_, current.max_sessions, current.max_tokens);
+}
+
 absl::Status Engine::Step(int32_t layer, absl::Span<Session* const> sessions,
                           const lumen_layer_inputs& inputs, lumen_layer_output& output) {
   std::vector<int32_t> cu_seqlens(sessions.size() + 1);
@@ -182,6 +196,8 @@ absl::Status Engine::RunLayer(bool chunkwise, int32_t layer,
   if (absl::Status status = model_->CheckLayer(layer); !status.ok()) return status;
   LayerRun run;
   run.chunkwise = chunkwise;
+  run.layer = layer;
+  run.sessions = sessions;
   run.check_values = check_input_values_;
   run.states.reserve(sessions.size());
   for (size_t i = 0; i < sessions.size(); ++i) {

@@ -17,6 +17,10 @@ namespace lumen {
 
 class Session;
 
+// The most sessions a reservation may name (lumen_engine_reserve): far more than one call can
+// hold the states of, and few enough that sizing the scratch for every count stays quick.
+inline constexpr int32_t kMaxReservedSessions = 1 << 20;
+
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
   static absl::StatusOr<std::shared_ptr<Engine>> Create(std::shared_ptr<const Model> model,
@@ -41,6 +45,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   absl::Status Prefill(int32_t layer, absl::Span<Session* const> sessions,
                        absl::Span<const int32_t> cu_seqlens, const lumen_layer_inputs& inputs,
                        lumen_layer_output& output);
+
+  // Makes the backend ready for every layer call within `reservation` (lumen_engine_reserve:
+  // checked here, then handed to the backend).
+  absl::Status Reserve(const lumen_reservation& reservation);
 
   // A state block for a session of this model whose contents are undefined. Restores fill
   // one and swap it with the session's, so they never half-update a session and never pay

@@ -20,13 +20,13 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Fork() const {
   if (!copy.ok()) return copy.status();
   absl::Status status = engine_->backend().CopyState((*copy)->block_, block_, model().state_bytes());
   if (!status.ok()) return status;
-  (*copy)->tokens_ = tokens_;
+  (*copy)->tokens_->CopyFrom(*tokens_);
   return copy;
 }
 
 absl::Status Session::Reset() {
   absl::Status status = engine_->backend().ZeroState(block_, model().state_bytes());
-  if (status.ok()) std::fill(tokens_.begin(), tokens_.end(), 0);
+  if (status.ok()) tokens_->SetAll(0);
   return status;
 }
 

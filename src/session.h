@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "lumen/lumen.h"
 #include "src/engine.h"
+#include "src/token_counts.h"
 
 namespace lumen {
 
@@ -32,10 +33,12 @@ class Session {
   absl::StatusOr<std::unique_ptr<Session>> Fork() const;
   absl::Status Reset();
 
-  int64_t tokens(int32_t layer) const { return tokens_[layer]; }
+  int64_t tokens(int32_t layer) const { return tokens_->get(layer); }
   // The engine checks against kMaxTokens before it runs a call.
-  void AddTokens(int32_t layer, int64_t count) { tokens_[layer] += count; }
-  void SetTokens(int32_t layer, int64_t count) { tokens_[layer] = count; }
+  void AddTokens(int32_t layer, int64_t count) { tokens_->Add(layer, count); }
+  void SetTokens(int32_t layer, int64_t count) { tokens_->Set(layer, count); }
+  // The counts themselves, for a backend that may take an asynchronous call's tokens back.
+  const std::shared_ptr<TokenCounts>& token_counts() const { return tokens_; }
 
   // The layer's state in backend memory: the matrix [HV, K, V], then the normalizer [HV, K],
   // then the conv windows [C, W-1] of q, k and v, all in the layer's stored dtype.
@@ -53,7 +56,9 @@ class Session {
 
  private:
   Session(std::shared_ptr<Engine> engine, void* block)
-      : engine_(std::move(engine)), block_(block), tokens_(model().num_layers(), 0) {}
+      : engine_(std::move(engine)),
+        block_(block),
+        tokens_(std::make_shared<TokenCounts>(model().num_layers())) {}
 
   // Locates a part of a layer's state (byte offset) after checking the part and the count.
   absl::StatusOr<int64_t> PartOffset(int32_t layer, int32_t part,
@@ -61,7 +66,7 @@ class Session {
 
   std::shared_ptr<Engine> engine_;
   void* block_;                  // model().state_bytes() bytes of backend memory
-  std::vector<int64_t> tokens_;  // [num_layers]
+  std::shared_ptr<TokenCounts> tokens_;  // [num_layers]
 };
 
 }  // namespace lumen

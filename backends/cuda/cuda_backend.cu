@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,7 @@
 #include "src/input_domain.h"
 #include "src/input_domain_error.h"
 #include "src/model.h"
+#include "src/session.h"
 #include "src/status.h"
 
 namespace lumen::cuda {
@@ -42,6 +44,13 @@ bool IsCapturing(cudaStream_t stream) {
 }
 
 int64_t RoundUp(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Set in the id of a call made while its stream was captured: replays of it run later, in an
+// order the engine does not know.
+constexpr uint64_t kCapturedCall = uint64_t{1} << 63;
+// Asynchronous calls between two copies of the input check's record (AdvanceProbe): few
+// enough that the pending list stays small, many enough that the copy costs nothing.
+constexpr size_t kProbeInterval = 64;
 
 // Lays out one call's device scratch: Add reserves a region and returns its offset.
 class ScratchLayout {
@@ -109,10 +118,24 @@ absl::Status CudaBackend::Initialize() {
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_),
       "reading the device's compute capability");
   dependent_launch_ = LUMEN_GPU_NVIDIA_PATHS && major >= 9;  // the portable paths never overlap
+  int shared_bytes = 0;
+  LUMEN_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_),
+      "reading the device's multiprocessor count");
+  LUMEN_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&shared_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device_),
+      "reading the device's shared memory per multiprocessor");
+  shared_bytes_per_multiprocessor_ = shared_bytes;
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&scratch_free_, cudaEventDisableTiming),
                              "creating an event");
   LUMEN_CUDA_RETURN_IF_ERROR(cudaMalloc(&input_error_, sizeof(InputErrorRecord)),
                              "allocating the input check's record");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaMallocHost(&probe_copy_, sizeof(InputErrorRecord)),
+                             "allocating the record's host copy");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&probe_stream_, cudaStreamNonBlocking),
+                             "creating a stream");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&probe_done_, cudaEventDisableTiming),
+                             "creating an event");
   LUMEN_CUDA_RETURN_IF_ERROR(ClearInputErrorRecord(input_error_, nullptr),
                              "clearing the input check's record");
   LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), "clearing the input check's record");
@@ -124,6 +147,9 @@ CudaBackend::~CudaBackend() {
   cudaDeviceSynchronize();
   for (auto& [stream, event] : pending_) cudaEventDestroy(event);
   if (scratch_free_ != nullptr) cudaEventDestroy(scratch_free_);
+  if (probe_done_ != nullptr) cudaEventDestroy(probe_done_);
+  if (probe_stream_ != nullptr) cudaStreamDestroy(probe_stream_);
+  if (probe_copy_ != nullptr) cudaFreeHost(probe_copy_);
   cudaFree(scratch_);
   for (void* retired : retired_scratch_) cudaFree(retired);
   cudaFree(parameters_);
@@ -142,21 +168,78 @@ absl::Status CudaBackend::WaitForLayerCalls() {
     cudaEventDestroy(event);
   }
   pending_.clear();
-  if (!unread_input_checks_ && !captured_input_checks_) return absl::OkStatus();
+  if (probe_through_ != 0) {
+    // Its copy may land after the record is emptied below: let it land first.
+    LUMEN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(probe_done_), "copying the record");
+    probe_through_ = 0;
+  }
+  if (!unread_input_checks_ && !captured_input_checks_) {
+    SettlePendingCalls(0);  // nothing checked since the last report: nothing failed
+    return absl::OkStatus();
+  }
   // Graph replays are not tracked: the device may still be running one.
   if (captured_input_checks_) {
     LUMEN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "running an earlier layer call");
   }
   unread_input_checks_ = false;
-  return TakeInputError(/*earlier=*/true);
+  uint64_t failed_call = 0;
+  absl::Status status = TakeInputError(/*earlier=*/true, &failed_call);
+  SettlePendingCalls(failed_call);
+  if (failed_call == 0) return status;
+  return absl::InvalidArgumentError(absl::StrCat(
+      status.message(),
+      (failed_call & kCapturedCall) != 0
+          ? " (the failing call was replayed from a graph: no token count was changed)"
+          : " (the sessions' token counts no longer include those calls' tokens)"));
 }
 
-absl::Status CudaBackend::TakeInputError(bool earlier) {
+void CudaBackend::SettlePendingCalls(uint64_t failed_call) {
+  if (failed_call != 0 && (failed_call & kCapturedCall) == 0) {
+    for (const PendingCall& call : pending_calls_) {
+      if (call.id < failed_call) continue;
+      for (const auto& [counts, tokens] : call.tokens) counts->Add(call.layer, -tokens);
+    }
+  }
+  pending_calls_.clear();
+}
+
+void CudaBackend::AdvanceProbe() {
+  if (probe_through_ != 0) {
+    const cudaError_t landed = cudaEventQuery(probe_done_);
+    if (landed == cudaErrorNotReady) return;
+    if (landed == cudaSuccess && probe_copy_->error == kNoInputError) {
+      while (!pending_calls_.empty() && pending_calls_.front().id <= probe_through_) {
+        pending_calls_.pop_front();
+      }
+    }
+    // A failed copy or a recorded error: the calls stay listed for the next report.
+    if (landed != cudaSuccess) cudaGetLastError();
+    probe_through_ = 0;
+  }
+  if (pending_calls_.size() < kProbeInterval) return;
+  bool enqueued = true;
+  for (auto& [stream, event] : pending_) {
+    enqueued = enqueued && cudaStreamWaitEvent(probe_stream_, event, 0) == cudaSuccess;
+  }
+  enqueued = enqueued &&
+             cudaMemcpyAsync(probe_copy_, input_error_, sizeof(InputErrorRecord),
+                             cudaMemcpyDeviceToHost, probe_stream_) == cudaSuccess &&
+             cudaEventRecord(probe_done_, probe_stream_) == cudaSuccess;
+  if (!enqueued) {
+    cudaGetLastError();  // try again after the next call
+    return;
+  }
+  probe_through_ = pending_calls_.back().id;
+}
+
+absl::Status CudaBackend::TakeInputError(bool earlier, uint64_t* failed_call) {
+  *failed_call = 0;
   InputErrorRecord record;
   LUMEN_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(&record, input_error_, sizeof(record), cudaMemcpyDeviceToHost),
       "reading the input check's record");
   if (record.error == kNoInputError) return absl::OkStatus();
+  *failed_call = record.call;
   LUMEN_CUDA_RETURN_IF_ERROR(ClearInputErrorRecord(input_error_, nullptr),
                              "clearing the input check's record");
   LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), "clearing the input check's record");
@@ -341,9 +424,11 @@ absl::Status CudaBackend::StateFromHost(void* dst, const void* host_src, int64_t
 absl::Status CudaBackend::EnsureScratch(int64_t bytes, bool capturing) {
   if (bytes <= scratch_bytes_) return absl::OkStatus();
   if (capturing) {
-    return LumenError(LUMEN_ERROR_UNSUPPORTED,
-                      "this call needs more device scratch than the engine holds, and the "
-                      "stream is being captured; run the call once before capturing it");
+    return LumenError(
+        LUMEN_ERROR_UNSUPPORTED,
+        absl::StrCat("this call needs ", bytes, " bytes of device scratch, the engine holds ",
+                     scratch_bytes_.load(), ", and growing it cannot be captured: reserve "
+                     "the scratch for the largest call first (lumen_engine_reserve)"));
   }
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(scratch_free_), "waiting for the scratch");
   if (scratch_captured_) {
@@ -381,11 +466,11 @@ struct ExtrasPlan {
   int64_t total = 0;
 };
 
-ExtrasPlan PlanExtras(const LayerSpec& spec, const LayerRun& run) {
+// For a call of T tokens, a prefill or a step.
+ExtrasPlan PlanExtras(const LayerSpec& spec, int64_t T, bool chunkwise) {
   ExtrasPlan plan;
   const bool mamba2 = IsMamba2(spec);
   if (spec.conv_size == 0 && !mamba2) return plan;
-  const int64_t T = run.num_tokens();
   const int64_t values = T * spec.num_value_heads * spec.value_dim * 4;
   ScratchLayout layout;
   plan.q = layout.Add(T * spec.num_heads * spec.key_dim * 4);
@@ -395,9 +480,13 @@ ExtrasPlan PlanExtras(const LayerSpec& spec, const LayerRun& run) {
   if (skip) plan.x = layout.Add(values);
   if (spec.needs_g_input()) plan.g = layout.Add(T * spec.g_per_token() * 4);
   if (spec.delta_rule()) plan.beta = layout.Add(T * spec.num_value_heads * 4);
-  if (skip && !run.chunkwise) plan.o = layout.Add(values);
+  if (skip && !chunkwise) plan.o = layout.Add(values);
   plan.total = layout.total();
   return plan;
+}
+
+ExtrasPlan PlanExtras(const LayerSpec& spec, const LayerRun& run) {
+  return PlanExtras(spec, run.num_tokens(), run.chunkwise);
 }
 
 template <typename T>
@@ -476,6 +565,8 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
   args.out_dtype = o32 != nullptr ? kFloat32 : run.output->dtype;
   args.state_bf16 = call.state_bf16;
   args.input_error = input_error_;
+  args.multiprocessors = multiprocessors_;
+  args.shared_bytes_per_multiprocessor = shared_bytes_per_multiprocessor_;
   SessionStates states;
   for (int32_t first = 0; first < n; first += kStepSessionsPerLaunch) {
     args.first_session = first;
@@ -531,13 +622,17 @@ struct PrefillPlan {
 
 int64_t StateCount(const LayerSpec& spec) { return spec.matrix_count() + spec.normalizer_count(); }
 
-ChunkwiseArgs ChunkwiseShape(const LayerSpec& spec, const LayerRun& run) {
-  ChunkwiseArgs args{};
-  args.num_sequences = run.num_sessions();
+int32_t LongestSequence(const LayerRun& run) {
   int32_t longest = 0;
   for (int32_t s = 0; s < run.num_sessions(); ++s) {
     longest = std::max(longest, run.cu_seqlens[s + 1] - run.cu_seqlens[s]);
   }
+  return longest;
+}
+
+ChunkwiseArgs ChunkwiseShape(const LayerSpec& spec, int32_t num_sequences, int32_t longest) {
+  ChunkwiseArgs args{};
+  args.num_sequences = num_sequences;
   args.max_seqlen = longest;
   args.num_heads = spec.num_heads;
   args.num_value_heads = spec.num_value_heads;
@@ -554,10 +649,35 @@ ChunkwiseArgs ChunkwiseShape(const LayerSpec& spec, const LayerRun& run) {
   return args;
 }
 
-// `input_dtype`: the dtype of the inputs the preparation reads (fp32 after the convolution).
-PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run, int32_t input_dtype) {
+// The chunkwise kernel's scratch for `num_sequences` sequences, the longest of `longest`
+// tokens. ChunkwiseScratchBytes checks the arguments as a launch would, pointers included,
+// and reads only the shapes: every array the launch will have points at a placeholder.
+int64_t ChunkScratchBytes(const LayerSpec& spec, int32_t num_sequences, int32_t longest) {
+  static float placeholder;
+  static float* placeholder_table[1] = {&placeholder};
+  static int32_t placeholder_offsets[1];
+  ChunkwiseArgs sizing = ChunkwiseShape(spec, num_sequences, longest);
+  sizing.q = sizing.k = sizing.v = sizing.o = &placeholder;
+  if (sizing.decay != Decay::kNone) sizing.log_decay = &placeholder;
+  if (sizing.delta_rule) sizing.beta = &placeholder;
+  sizing.states = placeholder_table;
+  if (sizing.normalize) sizing.normalizers = placeholder_table;
+  sizing.cu_seqlens = placeholder_offsets;
+  return ChunkwiseScratchBytes(sizing);
+}
+
+// What a prefill's scratch depends on.
+struct PrefillShape {
+  int64_t sessions = 0;
+  int64_t tokens = 0;
+  int32_t input_dtype = LUMEN_DTYPE_FLOAT32;  // what the preparation reads: fp32 after a conv
+  int32_t output_dtype = LUMEN_DTYPE_FLOAT32;
+  int64_t chunk_bytes = 0;  // ChunkScratchBytes
+};
+
+PrefillPlan PlanPrefill(const LayerSpec& spec, const PrefillShape& shape) {
   PrefillPlan plan;
-  const int64_t n = run.num_sessions();
+  const int64_t n = shape.sessions;
   const bool bf16 = spec.state_dtype == DType::kBFloat16;
   ScratchLayout layout;
   plan.cu_seqlens = 0;
@@ -575,11 +695,11 @@ PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run, int32_t inpu
   }
   plan.tables_bytes = table;
   layout.Add(table);
-  const int64_t T = run.num_tokens();
+  const int64_t T = shape.tokens;
   const int64_t qk = T * spec.num_heads * spec.key_dim * 4;
   plan.q = layout.Add(qk);
   plan.k = layout.Add(qk);
-  if (input_dtype != LUMEN_DTYPE_FLOAT32) {
+  if (shape.input_dtype != LUMEN_DTYPE_FLOAT32) {
     plan.v = layout.Add(T * spec.num_value_heads * spec.value_dim * 4);
   }
   if (spec.gate_kind() != GateKind::kNone) {
@@ -587,31 +707,60 @@ PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run, int32_t inpu
     plan.log_decay = layout.Add(T * spec.num_value_heads * per_head * 4);
   }
   if (spec.delta_rule()) plan.beta = layout.Add(T * spec.num_value_heads * 4);
-  if (run.output->dtype != LUMEN_DTYPE_FLOAT32) {
+  if (shape.output_dtype != LUMEN_DTYPE_FLOAT32) {
     plan.o = layout.Add(T * spec.num_value_heads * spec.value_dim * 4);
   }
   if (bf16) plan.wide = layout.Add(n * StateCount(spec) * 4);
-  // ChunkwiseScratchBytes checks the arguments as a launch would, pointers included, and
-  // reads only the shapes: point every array the launch will have at a placeholder.
-  static float placeholder;
-  static float* placeholder_table[1] = {&placeholder};
-  static int32_t placeholder_offsets[1];
-  ChunkwiseArgs sizing = ChunkwiseShape(spec, run);
-  sizing.q = sizing.k = sizing.v = sizing.o = &placeholder;
-  if (sizing.decay != Decay::kNone) sizing.log_decay = &placeholder;
-  if (sizing.delta_rule) sizing.beta = &placeholder;
-  sizing.states = placeholder_table;
-  if (sizing.normalize) sizing.normalizers = placeholder_table;
-  sizing.cu_seqlens = placeholder_offsets;
-  const int64_t chunk_bytes = ChunkwiseScratchBytes(sizing);
-  if (chunk_bytes > 0) plan.chunk = layout.Add(chunk_bytes);
+  if (shape.chunk_bytes > 0) plan.chunk = layout.Add(shape.chunk_bytes);
   plan.total = layout.total();
   return plan;
 }
 
 // The dtype of the inputs the prefill's preparation reads: fp32 after the convolution pass.
-int32_t PreparedInputDtype(const LayerSpec& spec, const LayerRun& run) {
-  return spec.conv_size > 0 || IsMamba2(spec) ? LUMEN_DTYPE_FLOAT32 : run.inputs->dtype;
+int32_t PreparedInputDtype(const LayerSpec& spec, int32_t input_dtype) {
+  return spec.conv_size > 0 || IsMamba2(spec) ? LUMEN_DTYPE_FLOAT32 : input_dtype;
+}
+
+PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run) {
+  PrefillShape shape;
+  shape.sessions = run.num_sessions();
+  shape.tokens = run.num_tokens();
+  shape.input_dtype = PreparedInputDtype(spec, run.inputs->dtype);
+  shape.output_dtype = run.output->dtype;
+  shape.chunk_bytes = ChunkScratchBytes(spec, run.num_sessions(), LongestSequence(run));
+  return PlanPrefill(spec, shape);
+}
+
+// The chunkwise kernel's most scratch over every number of sequences up to max_sessions, one
+// of them holding all max_tokens tokens (its scratch never shrinks as a sequence grows; it
+// does not grow with the number of sequences everywhere, hence every number is tried).
+int64_t MostChunkScratchBytes(const LayerSpec& spec, int32_t max_sessions,
+                              int32_t max_tokens) {
+  int64_t most = 0;
+  for (int32_t sequences = 1; sequences <= max_sessions; ++sequences) {
+    most = std::max(most, ChunkScratchBytes(spec, sequences, max_tokens));
+  }
+  return most;
+}
+
+// The most scratch (bytes) any call over device buffers of at most `max_sessions` sessions
+// and `max_tokens` tokens on layer `spec` takes, prefill or step, in any dtype. Each region
+// of the scratch is taken at its largest: a 16-bit input and output (the fp32 copies), all
+// sessions (the tables, bf16 states' wide copies), all tokens, and the chunkwise kernel's
+// `chunk_bytes` (MostChunkScratchBytes).
+int64_t ReservedBytes(const LayerSpec& spec, int32_t max_sessions, int32_t max_tokens,
+                      int64_t chunk_bytes) {
+  const int32_t step_sessions = std::min(max_sessions, max_tokens);  // a step: one token each
+  const int64_t step = PlanExtras(spec, step_sessions, /*chunkwise=*/false).total;
+  PrefillShape shape;
+  shape.sessions = max_sessions;
+  shape.tokens = max_tokens;
+  shape.input_dtype = PreparedInputDtype(spec, LUMEN_DTYPE_BFLOAT16);
+  shape.output_dtype = LUMEN_DTYPE_BFLOAT16;
+  shape.chunk_bytes = chunk_bytes;
+  const int64_t prefill =
+      PlanExtras(spec, max_tokens, /*chunkwise=*/true).total + PlanPrefill(spec, shape).total;
+  return std::max(step, prefill);
 }
 
 }  // namespace
@@ -619,7 +768,7 @@ int32_t PreparedInputDtype(const LayerSpec& spec, const LayerRun& run) {
 absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
                                      const RawInputs& inputs, void* o, char* extras,
                                      char* scratch, cudaStream_t stream) {
-  const PrefillPlan plan = PlanPrefill(spec, run, PreparedInputDtype(spec, run));
+  const PrefillPlan plan = PlanPrefill(spec, run);
   const int32_t n = run.num_sessions();
   const int64_t count = StateCount(spec);
   const int64_t T = run.num_tokens();
@@ -687,7 +836,7 @@ absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
                           stream),
         "widening bf16 states");
   }
-  ChunkwiseArgs args = ChunkwiseShape(spec, run);
+  ChunkwiseArgs args = ChunkwiseShape(spec, n, LongestSequence(run));
   args.q = prepared.q;
   args.k = prepared.k;
   args.v = plan.v >= 0 ? prepared.v : static_cast<const float*>(raw.v);
@@ -762,7 +911,7 @@ absl::Status CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   const int64_t host_io_bytes = layout.total();
   const int64_t extras_bytes = PlanExtras(spec, run).total;
   const int64_t prefill_bytes =
-      run.chunkwise ? PlanPrefill(spec, run, PreparedInputDtype(spec, run)).total : 0;
+      run.chunkwise ? PlanPrefill(spec, run).total : 0;
   const int64_t scratch_bytes = host_io_bytes + extras_bytes + prefill_bytes;
   const bool uses_scratch = scratch_bytes > 0;
   if (uses_scratch) {
@@ -780,6 +929,8 @@ absl::Status CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
 
   RawInputs inputs;
   inputs.dtype = in.dtype;
+  const uint64_t call = next_call_++ | (capturing ? kCapturedCall : 0);
+  inputs.call = call;
   if (host_inputs) {
     struct Copy {
       const void* src;
@@ -816,7 +967,10 @@ absl::Status CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
     LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "running the layer call");
     // A failing call changed no state; its output is not copied back either.
     if (run.check_values) {
-      if (absl::Status input = TakeInputError(/*earlier=*/false); !input.ok()) return input;
+      uint64_t failed_call = 0;
+      if (absl::Status input = TakeInputError(/*earlier=*/false, &failed_call); !input.ok()) {
+        return input;
+      }
     }
     if (host_output) {
       LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.o, o, o_count * out_size,
@@ -834,7 +988,39 @@ absl::Status CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   if (uses_scratch) {
     LUMEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch_free_, stream), "recording an event");
   }
-  return TrackAsyncWork(stream);
+  if (absl::Status tracked = TrackAsyncWork(stream); !tracked.ok()) return tracked;
+  // The engine adds the tokens once this returns: remember them until the check is read.
+  PendingCall pending;
+  pending.id = call;
+  pending.layer = run.layer;
+  for (int32_t s = 0; s < run.num_sessions(); ++s) {
+    const int64_t tokens = run.cu_seqlens[s + 1] - run.cu_seqlens[s];
+    if (tokens > 0) pending.tokens.emplace_back(run.sessions[s]->token_counts(), tokens);
+  }
+  pending_calls_.push_back(std::move(pending));
+  AdvanceProbe();
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Reserve(const Model& model, int32_t max_sessions,
+                                  int32_t max_tokens) {
+  // Models repeat a few layer shapes many times: the chunkwise kernel is sized once per shape.
+  std::map<std::vector<int64_t>, int64_t> chunk_bytes;
+  int64_t bytes = 0;
+  for (int32_t layer = 0; layer < model.num_layers(); ++layer) {
+    const LayerSpec& spec = model.layer(layer);
+    const ChunkwiseArgs shape = ChunkwiseShape(spec, 1, 1);
+    const std::vector<int64_t> key = {
+        shape.num_heads, shape.num_value_heads, shape.key_dim, shape.value_dim,
+        static_cast<int64_t>(shape.decay), shape.delta_rule, shape.normalize};
+    auto [known, added] = chunk_bytes.try_emplace(key, 0);
+    if (added) known->second = MostChunkScratchBytes(spec, max_sessions, max_tokens);
+    bytes = std::max(bytes, ReservedBytes(spec, max_sessions, max_tokens, known->second));
+  }
+  if (bytes == 0) return absl::OkStatus();  // no layer call of this model uses scratch
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (absl::Status status = UseDevice(); !status.ok()) return status;
+  return EnsureScratch(bytes, /*capturing=*/false);
 }
 
 }  // namespace lumen::cuda

@@ -2,7 +2,10 @@
 // The CUDA backend: session states in a device pool, layer calls as kernels on the caller's
 // stream. Included only by CUDA sources (src/ reaches it through create_cuda_backend.h).
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -14,6 +17,7 @@
 #include "backends/cuda/kernels/short_conv.cuh"
 #include "backends/cuda/state_pool.h"
 #include "src/backend.h"
+#include "src/token_counts.h"
 
 namespace lumen::cuda {
 
@@ -41,7 +45,18 @@ class CudaBackend : public Backend {
 
   absl::Status Run(const LayerSpec& spec, const LayerRun& run) override;
 
+  absl::Status Reserve(const Model& model, int32_t max_sessions, int32_t max_tokens) override;
+  int64_t scratch_bytes() const override { return scratch_bytes_.load(); }
+
  private:
+  // An asynchronous layer call whose input check has not been read: the tokens it added to
+  // each session's counts, taken back if the call turns out to have changed nothing.
+  struct PendingCall {
+    uint64_t id = 0;
+    int32_t layer = 0;
+    std::vector<std::pair<std::shared_ptr<TokenCounts>, int64_t>> tokens;
+  };
+
   // Makes the engine's device current for the calling thread.
   absl::Status UseDevice();
   // Waits for every asynchronous layer call made so far; reports a failed kernel, and an input
@@ -49,11 +64,23 @@ class CudaBackend : public Backend {
   absl::Status WaitForLayerCalls();
   // Reads the input check's record after the work that may have written it has finished: an
   // error there becomes INVALID_ARGUMENT (the CPU's message; `earlier` says it belongs to an
-  // asynchronous call before this one) and the record is emptied.
-  absl::Status TakeInputError(bool earlier);
+  // asynchronous call before this one), the failing call's id goes to *failed_call (0 when
+  // none) and the record is emptied.
+  absl::Status TakeInputError(bool earlier, uint64_t* failed_call);
+  // Settles pending_calls_ once every one of them has run and the record is read: the calls
+  // from `failed_call` on (a direct call's id; 0 or a captured call's: none) changed nothing,
+  // so their tokens are taken back; the list is emptied.
+  void SettlePendingCalls(uint64_t failed_call);
+  // Keeps pending_calls_ short without waiting: every kProbeInterval asynchronous calls, a
+  // copy of the record is enqueued (on probe_stream_, after every stream's work so far) into
+  // pinned host memory; once it has landed and shows no error, the calls it covers are known
+  // to have run and leave the list.
+  void AdvanceProbe();
   // Remembers that `stream` has asynchronous work of this engine.
   absl::Status TrackAsyncWork(cudaStream_t stream);
 
+  // Makes scratch_ hold at least `bytes`; growing waits for scratch_free_ and reallocates.
+  // While capturing, a call that needs more fails (UNSUPPORTED) instead.
   absl::Status EnsureScratch(int64_t bytes, bool capturing);
 
   // `extras` is the scratch of the convolution and Mamba-2 passes (PlanExtras), `scratch` the
@@ -65,6 +92,9 @@ class CudaBackend : public Backend {
 
   const int32_t device_;
   bool dependent_launch_ = false;  // sm_90 or newer: steps overlap the input check
+  // The device's multiprocessors and shared memory per multiprocessor (StepArgs).
+  int32_t multiprocessors_ = 0;
+  int64_t shared_bytes_per_multiprocessor_ = 0;
   std::mutex mutex_;  // one call at a time owns the pool and the scratch
   StatePool pool_;
 
@@ -74,7 +104,7 @@ class CudaBackend : public Backend {
   void* parameters_ = nullptr;  // device copies of every layer's parameter arrays
 
   void* scratch_ = nullptr;  // device scratch of calls with host buffers and of prefills
-  int64_t scratch_bytes_ = 0;
+  std::atomic<int64_t> scratch_bytes_{0};  // read without the mutex by scratch_bytes()
   cudaEvent_t scratch_free_ = nullptr;  // recorded after the last asynchronous use
   bool scratch_captured_ = false;        // a graph captured a call using scratch_
   std::vector<void*> retired_scratch_;   // outgrown buffers that captured graphs may use
@@ -83,6 +113,13 @@ class CudaBackend : public Backend {
   std::vector<std::pair<cudaStream_t, cudaEvent_t>> pending_;  // streams with async work
 
   InputErrorRecord* input_error_ = nullptr;  // device memory: the input check's record
+  // Ids of layer calls (RawInputs::call), in call order; a captured call's has kCapturedCall.
+  uint64_t next_call_ = 1;
+  std::deque<PendingCall> pending_calls_;  // direct asynchronous calls, oldest first
+  cudaStream_t probe_stream_ = nullptr;    // where AdvanceProbe's copies run
+  InputErrorRecord* probe_copy_ = nullptr;  // pinned host memory
+  cudaEvent_t probe_done_ = nullptr;
+  uint64_t probe_through_ = 0;  // the newest call the probe in flight covers; 0: none
   bool unread_input_checks_ = false;  // asynchronous checked calls since the record was read
   bool captured_input_checks_ = false;  // a checked call was captured: replays may fail later
 };

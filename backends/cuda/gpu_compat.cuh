@@ -15,6 +15,9 @@
 // Runtime types and constants.
 #define cudaDeviceProp hipDeviceProp_t
 #define cudaDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
+#define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+#define cudaDevAttrMaxSharedMemoryPerMultiprocessor \
+  hipDeviceAttributeMaxSharedMemoryPerMultiprocessor
 #define cudaError_t hipError_t
 #define cudaEvent_t hipEvent_t
 #define cudaStream_t hipStream_t
@@ -23,7 +26,9 @@
 #define cudaSuccess hipSuccess
 #define cudaErrorInvalidValue hipErrorInvalidValue
 #define cudaErrorMemoryAllocation hipErrorOutOfMemory
+#define cudaErrorNotReady hipErrorNotReady
 #define cudaEventDisableTiming hipEventDisableTiming
+#define cudaStreamNonBlocking hipStreamNonBlocking
 #define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
 #define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define cudaMemcpyHostToDevice hipMemcpyHostToDevice
@@ -35,6 +40,7 @@
 #define cudaDeviceSynchronize hipDeviceSynchronize
 #define cudaEventCreateWithFlags hipEventCreateWithFlags
 #define cudaEventDestroy hipEventDestroy
+#define cudaEventQuery hipEventQuery
 #define cudaEventRecord hipEventRecord
 #define cudaEventSynchronize hipEventSynchronize
 #define cudaFree hipFree
@@ -53,6 +59,8 @@
 #define cudaMemset hipMemset
 #define cudaMemsetAsync hipMemsetAsync
 #define cudaSetDevice hipSetDevice
+#define cudaStreamCreateWithFlags hipStreamCreateWithFlags
+#define cudaStreamDestroy hipStreamDestroy
 #define cudaStreamIsCapturing hipStreamIsCapturing
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaStreamWaitEvent hipStreamWaitEvent
@@ -171,6 +179,15 @@ __device__ __forceinline__ void CopyAsyncCommit() {
 __device__ __forceinline__ void CopyAsyncWaitAll() {
 #if LUMEN_GPU_NVIDIA_PATHS
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most kPending of the calling thread's most recently committed copy groups
+// are still in flight.
+template <int kPending>
+__device__ __forceinline__ void CopyAsyncWaitGroup() {
+#if LUMEN_GPU_NVIDIA_PATHS
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
 

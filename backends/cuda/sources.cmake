@@ -4,6 +4,7 @@ set(LUMEN_CUDA_SOURCES
   ${LUMEN_CUDA_DIR}/cuda_backend.cu
   ${LUMEN_CUDA_DIR}/state_pool.cu
   ${LUMEN_CUDA_DIR}/kernels/recurrent_step.cu
+  ${LUMEN_CUDA_DIR}/kernels/pipelined_step.cu
   ${LUMEN_CUDA_DIR}/kernels/prepare_inputs.cu
   ${LUMEN_CUDA_DIR}/kernels/convert.cu
   ${LUMEN_CUDA_DIR}/kernels/input_check.cu

@@ -236,10 +236,13 @@ LUMEN_HIP_FORWARD(hipMemsetAsync, (void* dst, int value, size_t bytes, void* str
 LUMEN_HIP_FORWARD(hipStreamSynchronize, (void* stream), (stream))
 LUMEN_HIP_FORWARD(hipStreamWaitEvent, (void* stream, void* event, unsigned flags),
                   (stream, event, flags))
+LUMEN_HIP_FORWARD(hipStreamCreateWithFlags, (void** stream, unsigned flags), (stream, flags))
+LUMEN_HIP_FORWARD(hipStreamDestroy, (void* stream), (stream))
 LUMEN_HIP_FORWARD(hipStreamIsCapturing, (void* stream, int* status), (stream, status))
 LUMEN_HIP_FORWARD(hipEventCreateWithFlags, (void** event, unsigned flags), (event, flags))
 LUMEN_HIP_FORWARD(hipEventRecord, (void* event, void* stream), (event, stream))
 LUMEN_HIP_FORWARD(hipEventSynchronize, (void* event), (event))
+LUMEN_HIP_FORWARD(hipEventQuery, (void* event), (event))
 LUMEN_HIP_FORWARD(hipEventDestroy, (void* event), (event))
 LUMEN_HIP_FORWARD(hipFuncSetAttribute, (const void* kernel, int attribute, int value),
                   (kernel, attribute, value))

@@ -45,6 +45,25 @@ public sealed class Engine : Handle {
     }
   }
 
+  /// <summary>Makes the engine ready for every layer call within the reservation (the most
+  /// sessions and tokens one call takes): on a GPU, device-buffer calls within it neither
+  /// allocate nor synchronize (lumen_engine_reserve); on the CPU only the arguments are
+  /// checked.</summary>
+  public void Reserve(Reservation reservation) {
+    Capi.lumen_engine_reserve(Address, reservation);
+    GC.KeepAlive(this);
+  }
+
+  /// <summary>Bytes of device scratch the engine holds (lumen_engine_scratch_bytes; 0 on the
+  /// CPU).</summary>
+  public long ScratchBytes {
+    get {
+      Capi.lumen_engine_scratch_bytes(Address, out long bytes);
+      GC.KeepAlive(this);
+      return bytes;
+    }
+  }
+
   /// <summary>A new session of this engine with every state zero.</summary>
   public Session NewSession() => new Session(this);
 

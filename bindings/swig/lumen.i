@@ -75,6 +75,7 @@ LUMEN_OPTIONS_STRUCT(lumen_engine_options, lumen_engine_options_init, EngineOpti
 LUMEN_OPTIONS_STRUCT(lumen_layer_inputs, lumen_layer_inputs_init, LayerInputs)
 LUMEN_OPTIONS_STRUCT(lumen_layer_output, lumen_layer_output_init, LayerOutput)
 LUMEN_OPTIONS_STRUCT(lumen_snapshot_options, lumen_snapshot_options_init, SnapshotOptions)
+LUMEN_OPTIONS_STRUCT(lumen_reservation, lumen_reservation_init, Reservation)
 
 /* Every language's typemaps for `void*` (an address) and `void** out` (a new handle) also
  * serve the handles. */

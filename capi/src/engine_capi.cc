@@ -77,6 +77,27 @@ lumen_status lumen_engine_num_threads(const lumen_engine* engine, int32_t* out) 
   return Ok();
 }
 
+void lumen_reservation_init(lumen_reservation* reservation) {
+  if (reservation == nullptr) return;
+  *reservation = lumen_reservation{};
+  reservation->struct_size = sizeof(lumen_reservation);
+  reservation->max_sessions = 1;
+  reservation->max_tokens = 1;
+}
+
+lumen_status lumen_engine_reserve(lumen_engine* engine, const lumen_reservation* reservation) {
+  LUMEN_REQUIRE_NOT_NULL(engine);
+  LUMEN_REQUIRE_NOT_NULL(reservation);
+  return Guard([&] { return FromStatus(engine->engine->Reserve(*reservation)); });
+}
+
+lumen_status lumen_engine_scratch_bytes(const lumen_engine* engine, int64_t* out) {
+  LUMEN_REQUIRE_NOT_NULL(engine);
+  LUMEN_REQUIRE_NOT_NULL(out);
+  *out = engine->engine->backend().scratch_bytes();
+  return Ok();
+}
+
 lumen_status lumen_engine_step_batch(lumen_engine* engine, int32_t layer,
                                      lumen_session* const* sessions, int32_t n,
                                      const lumen_layer_inputs* inputs,

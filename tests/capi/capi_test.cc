@@ -215,6 +215,13 @@ TEST_CASE("options_init functions fill the documented defaults", "[capi]") {
   CHECK(in.g_count == 0);
   CHECK(in.beta_count == 0);
 
+  lumen_reservation reservation;
+  std::memset(&reservation, 0x5a, sizeof reservation);
+  lumen_reservation_init(&reservation);
+  CHECK(reservation.struct_size == sizeof(lumen_reservation));
+  CHECK(reservation.max_sessions == 1);
+  CHECK(reservation.max_tokens == 1);
+
   lumen_layer_output out;
   std::memset(&out, 0x5a, sizeof out);
   lumen_layer_output_init(&out);
@@ -967,6 +974,77 @@ TEST_CASE("lumen_layer_inputs of 0.1.0's size (no stream) are accepted", "[capi]
   in.struct_size = offsetof(lumen_layer_inputs, stream) - 1;
   CheckFailure(lumen_session_step(session.get(), 0, &in, &o),
                LUMEN_ERROR_INVALID_ARGUMENT, {"struct_size"});
+}
+
+// lumen_engine_reserve checks its arguments on every backend; on the CPU it changes nothing
+// (no device scratch: lumen_engine_scratch_bytes stays 0, and calls still run).
+TEST_CASE("reserving scratch: arguments are checked, the CPU holds none", "[capi]") {
+  std::string error;
+  ModelPtr model = BuildModel({Layer(LUMEN_FAMILY_GATED_DELTA_NET, 2, 4, 8, 8)}, &error);
+  INFO(error);
+  REQUIRE(model);
+  lumen_engine_options options;
+  lumen_engine_options_init(&options);
+  options.backend = LUMEN_BACKEND_CPU;
+  options.num_threads = 1;
+  lumen_engine* raw = nullptr;
+  REQUIRE(lumen_engine_create(model.get(), &options, &raw) == LUMEN_OK);
+  EnginePtr engine(raw);
+  lumen_reservation reservation;
+  lumen_reservation_init(&reservation);
+  reservation.max_sessions = 64;
+  reservation.max_tokens = 8192;
+  CHECK(lumen_engine_reserve(engine.get(), &reservation) == LUMEN_OK);
+  CHECK(std::string(lumen_last_error_message()).empty());
+  int64_t bytes = -1;
+  REQUIRE(lumen_engine_scratch_bytes(engine.get(), &bytes) == LUMEN_OK);
+  CHECK(bytes == 0);
+
+  CheckFailure(lumen_engine_reserve(nullptr, &reservation), LUMEN_ERROR_INVALID_ARGUMENT,
+               {"engine"});
+  CheckFailure(lumen_engine_reserve(engine.get(), nullptr), LUMEN_ERROR_INVALID_ARGUMENT,
+               {"reservation"});
+  CheckFailure(lumen_engine_scratch_bytes(nullptr, &bytes), LUMEN_ERROR_INVALID_ARGUMENT,
+               {"engine"});
+  CheckFailure(lumen_engine_scratch_bytes(engine.get(), nullptr), LUMEN_ERROR_INVALID_ARGUMENT,
+               {"out"});
+  constexpr int32_t kInt32Min = std::numeric_limits<int32_t>::min();
+  constexpr int32_t kInt32Max = std::numeric_limits<int32_t>::max();
+  const struct {
+    int32_t sessions, tokens;
+  } bad[] = {{0, 1}, {1, 0}, {-1, 5}, {5, -1}, {kInt32Min, kInt32Min}, {(1 << 20) + 1, 1},
+             {kInt32Max, 1}};
+  for (const auto& b : bad) {
+    INFO("max_sessions " << b.sessions << ", max_tokens " << b.tokens);
+    lumen_reservation r = reservation;
+    r.max_sessions = b.sessions;
+    r.max_tokens = b.tokens;
+    CheckFailure(lumen_engine_reserve(engine.get(), &r), LUMEN_ERROR_INVALID_ARGUMENT,
+                 {"max_sessions"});
+  }
+  lumen_reservation small = reservation;
+  small.struct_size = sizeof(lumen_reservation) - 4;
+  CheckFailure(lumen_engine_reserve(engine.get(), &small), LUMEN_ERROR_INVALID_ARGUMENT,
+               {"lumen_reservation"});
+  // The largest count accepted; the engine still runs after every failure.
+  reservation.max_sessions = 1 << 20;
+  reservation.max_tokens = kInt32Max;
+  CHECK(lumen_engine_reserve(engine.get(), &reservation) == LUMEN_OK);
+  REQUIRE(lumen_engine_scratch_bytes(engine.get(), &bytes) == LUMEN_OK);
+  CHECK(bytes == 0);
+  SessionPtr session = MakeSession(engine.get(), &error);
+  REQUIRE(session);
+  std::mt19937 rng(3);
+  const RefLayer layer = Layer(LUMEN_FAMILY_GATED_DELTA_NET, 2, 4, 8, 8);
+  const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, 4, rng), LUMEN_DTYPE_FLOAT32);
+  const lumen_layer_inputs in = InputsFor(layer, tokens, 0, 4);
+  OutputBuffer out;
+  out.Reset(4 * layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
+  lumen_layer_output o = out.Output(0, 4 * layer.VPerToken());
+  REQUIRE(lumen_session_prefill(session.get(), 0, 4, &in, &o) == LUMEN_OK);
+  int64_t count = 0;
+  REQUIRE(lumen_session_tokens(session.get(), 0, &count) == LUMEN_OK);
+  CHECK(count == 4);
 }
 
 TEST_CASE("engine creation: backends and options", "[capi]") {

@@ -1,6 +1,7 @@
 // The CUDA backend through the public C API, on a GPU: against the CPU backend on random
 // inputs at realistic sizes (short convolutions and Mamba-2 included), host and device
-// buffers, CUDA graphs of steps and prefills, input errors of device-buffer calls, slots of
+// buffers, CUDA graphs of steps and prefills (after a scratch reservation too, and calls
+// beyond it), input errors of device-buffer calls and the token counts they leave, slots of
 // the pool that a call does not name, snapshots across backends, and running out of device
 // memory.
 //
@@ -90,6 +91,80 @@ struct DeviceTokens {
   int32_t dtype;
   DeviceBuffer q, k, v, g, beta;
 };
+
+// A layer output of `count` elements of `dtype` in device memory.
+lumen_layer_output DeviceOutput(const DeviceBuffer& o, int64_t count, int32_t dtype) {
+  lumen_layer_output out;
+  lumen_layer_output_init(&out);
+  out.dtype = dtype;
+  out.memory = LUMEN_MEMORY_DEVICE;
+  out.o = o.get();
+  out.o_count = count;
+  return out;
+}
+
+// A non-blocking stream, destroyed with the object.
+class Stream {
+ public:
+  Stream() { REQUIRE_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// The graph of the library calls `calls` makes on `stream` (captured in global mode, as
+// PyTorch does), instantiated when every call succeeded. status() is the first failing
+// call's status (lumen_last_error_message has its message), else LUMEN_OK.
+class CapturedGraph {
+ public:
+  template <typename Calls>
+  CapturedGraph(cudaStream_t stream, Calls&& calls) {
+    REQUIRE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    status_ = calls();
+    REQUIRE_CUDA(cudaStreamEndCapture(stream, &graph_));
+    if (status_ == LUMEN_OK) REQUIRE_CUDA(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  ~CapturedGraph() {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  lumen_status status() const { return status_; }
+  void Launch(cudaStream_t stream) const {
+    REQUIRE(exec_ != nullptr);
+    REQUIRE_CUDA(cudaGraphLaunch(exec_, stream));
+  }
+
+ private:
+  lumen_status status_ = LUMEN_OK;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+int64_t ScratchBytes(lumen_engine* engine) {
+  int64_t bytes = -1;
+  REQUIRE_OK(lumen_engine_scratch_bytes(engine, &bytes));
+  return bytes;
+}
+
+void Reserve(lumen_engine* engine, int32_t max_sessions, int32_t max_tokens) {
+  lumen_reservation reservation;
+  lumen_reservation_init(&reservation);
+  reservation.max_sessions = max_sessions;
+  reservation.max_tokens = max_tokens;
+  REQUIRE_OK(lumen_engine_reserve(engine, &reservation));
+}
+
+int64_t Tokens(lumen_session* session) {
+  int64_t count = -1;
+  REQUIRE_OK(lumen_session_tokens(session, 0, &count));
+  return count;
+}
 
 RefLayer Layer(int32_t family, int32_t H, int32_t HV, int32_t K, int32_t V) {
   RefLayer layer;
@@ -446,40 +521,25 @@ TEST_CASE("a batched CUDA step captured in a graph replays like direct calls", "
     const DeviceTokens dev(tokens);
     const int64_t o_count = n * layer.VPerToken();
     DeviceBuffer o_direct(o_count * 2), o_graph(o_count * 2);
-    cudaStream_t stream = nullptr;
-    REQUIRE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    auto output = [&](const DeviceBuffer& o) {
-      lumen_layer_output out;
-      lumen_layer_output_init(&out);
-      out.dtype = LUMEN_DTYPE_BFLOAT16;
-      out.memory = LUMEN_MEMORY_DEVICE;
-      out.o = o.get();
-      out.o_count = o_count;
-      return out;
-    };
-    lumen_layer_inputs in = dev.Inputs(layer, n, stream);
-
-    lumen_layer_output graph_out = output(o_graph);
-    REQUIRE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    const lumen_status captured =
-        lumen_engine_step_batch(gpu.get(), 0, replayed.handles.data(), n, &in, &graph_out);
-    cudaGraph_t graph = nullptr;
-    REQUIRE_CUDA(cudaStreamEndCapture(stream, &graph));
-    REQUIRE_OK(captured);
-    cudaGraphExec_t exec = nullptr;
-    REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    const Stream stream;
+    lumen_layer_inputs in = dev.Inputs(layer, n, stream.get());
+    lumen_layer_output graph_out = DeviceOutput(o_graph, o_count, LUMEN_DTYPE_BFLOAT16);
+    const CapturedGraph graph(stream.get(), [&] {
+      return lumen_engine_step_batch(gpu.get(), 0, replayed.handles.data(), n, &in, &graph_out);
+    });
+    REQUIRE_OK(graph.status());
     // Capturing ran nothing: the states are still the initial ones.
     {
       std::vector<float> m, z;
       REQUIRE_OK(ReadState(replayed.handles[0], 0, layer, &m, &z));
       CHECK(m == matrices[0]);
     }
-    lumen_layer_output direct_out = output(o_direct);
+    lumen_layer_output direct_out = DeviceOutput(o_direct, o_count, LUMEN_DTYPE_BFLOAT16);
     for (int replay = 0; replay < 3; ++replay) {
-      REQUIRE_CUDA(cudaGraphLaunch(exec, stream));
+      graph.Launch(stream.get());
       REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, direct.handles.data(), n, &in, &direct_out));
     }
-    REQUIRE_CUDA(cudaStreamSynchronize(stream));
+    REQUIRE_CUDA(cudaStreamSynchronize(stream.get()));
     CHECK(o_graph.Read() == o_direct.Read());
     for (int32_t i = 0; i < n; i += 37) {
       std::vector<float> a, za, b, zb;
@@ -489,9 +549,6 @@ TEST_CASE("a batched CUDA step captured in a graph replays like direct calls", "
       CHECK(a == b);
       CHECK(a != matrices[i]);
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
   }
 }
 
@@ -655,34 +712,21 @@ TEST_CASE("a varlen CUDA prefill captured in a graph replays like direct calls",
     const DeviceTokens dev(tokens);
     const int64_t o_count = cu.back() * layer.VPerToken();
     DeviceBuffer o_direct(o_count * 2), o_graph(o_count * 2);
-    cudaStream_t stream = nullptr;
-    REQUIRE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    auto output = [&](const DeviceBuffer& o) {
-      lumen_layer_output out;
-      lumen_layer_output_init(&out);
-      out.dtype = LUMEN_DTYPE_BFLOAT16;
-      out.memory = LUMEN_MEMORY_DEVICE;
-      out.o = o.get();
-      out.o_count = o_count;
-      return out;
-    };
-    lumen_layer_inputs in = dev.Inputs(layer, cu.back(), stream);
-    lumen_layer_output direct_out = output(o_direct);
-    lumen_layer_output graph_out = output(o_graph);
+    const Stream stream;
+    lumen_layer_inputs in = dev.Inputs(layer, cu.back(), stream.get());
+    lumen_layer_output direct_out = DeviceOutput(o_direct, o_count, LUMEN_DTYPE_BFLOAT16);
+    lumen_layer_output graph_out = DeviceOutput(o_graph, o_count, LUMEN_DTYPE_BFLOAT16);
     REQUIRE_OK(lumen_engine_prefill_varlen(gpu.get(), 0, direct.handles.data(), n, cu.data(),
                                            &in, &direct_out));
-    REQUIRE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    const lumen_status captured = lumen_engine_prefill_varlen(
-        gpu.get(), 0, replayed.handles.data(), n, cu.data(), &in, &graph_out);
-    cudaGraph_t graph = nullptr;
-    REQUIRE_CUDA(cudaStreamEndCapture(stream, &graph));
-    REQUIRE_OK(captured);
-    cudaGraphExec_t exec = nullptr;
-    REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    const CapturedGraph graph(stream.get(), [&] {
+      return lumen_engine_prefill_varlen(gpu.get(), 0, replayed.handles.data(), n, cu.data(),
+                                         &in, &graph_out);
+    });
+    REQUIRE_OK(graph.status());
     for (int replay = 0; replay < 2; ++replay) {
       INFO("replay " << replay);
-      REQUIRE_CUDA(cudaGraphLaunch(exec, stream));
-      REQUIRE_CUDA(cudaStreamSynchronize(stream));
+      graph.Launch(stream.get());
+      REQUIRE_CUDA(cudaStreamSynchronize(stream.get()));
       CHECK(o_graph.Read() == o_direct.Read());
       for (int32_t i = 0; i < n; ++i) {
         INFO("session " << i);
@@ -691,9 +735,208 @@ TEST_CASE("a varlen CUDA prefill captured in a graph replays like direct calls",
       REQUIRE_OK(lumen_engine_prefill_varlen(gpu.get(), 0, direct.handles.data(), n, cu.data(),
                                              &in, &direct_out));
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
+  }
+}
+
+// An engine reserved for its largest call captures, with no call run before, a varlen prefill
+// (spread over the sessions, and the worst case of one sequence holding every token) and a
+// step of a layer with a convolution, in one graph: nothing grows, and the replays give
+// what direct calls give, bit for bit.
+TEST_CASE("a reserved CUDA engine captures prefills and conv steps without a first run",
+          "[.cuda]") {
+  std::mt19937 rng(TestSeed());
+  const std::vector<RefLayer> layers = EveryFamily(4, 8, 64, 64, rng);
+  for (const RefLayer& layer : {layers[10], layers.back()}) {  // Qwen3-Next; Mamba-2
+    INFO(layer.Describe());
+    std::string error;
+    ModelPtr model = BuildModel({layer}, &error);
+    REQUIRE(model);
+    EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
+    CHECK(ScratchBytes(gpu.get()) == 0);
+    const std::vector<int32_t> spread = {0, 300, 300, 301, 1000};
+    const std::vector<int32_t> one_long = {0, 0, 1000, 1000, 1000};
+    const int32_t n = static_cast<int32_t>(spread.size()) - 1;
+    Reserve(gpu.get(), n, spread.back());
+    const int64_t reserved = ScratchBytes(gpu.get());
+    CHECK(reserved > 0);
+    // Reserving less changes nothing.
+    Reserve(gpu.get(), 1, 1);
+    CHECK(ScratchBytes(gpu.get()) == reserved);
+
+    std::vector<std::vector<float>> matrices, normalizers;
+    RandomStates(layer, n, rng, &matrices, &normalizers);
+    Sessions direct = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    Sessions replayed = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    const DeviceTokens prefill_tokens(
+        EncodeTokens(RandomTokens(layer, spread.back(), rng), LUMEN_DTYPE_BFLOAT16));
+    const DeviceTokens step_tokens(
+        EncodeTokens(RandomTokens(layer, n, rng), LUMEN_DTYPE_BFLOAT16));
+    const int64_t prefill_count = spread.back() * layer.VPerToken();
+    const int64_t step_count = n * layer.VPerToken();
+    DeviceBuffer o_direct(prefill_count * 2), o_graph(prefill_count * 2);
+    DeviceBuffer step_direct(step_count * 2), step_graph(step_count * 2);
+    const Stream stream;
+    lumen_layer_inputs prefill_in = prefill_tokens.Inputs(layer, spread.back(), stream.get());
+    lumen_layer_inputs step_in = step_tokens.Inputs(layer, n, stream.get());
+    // The calls of one pass, on `sessions`, writing `o` and `step_o`.
+    auto calls = [&](Sessions& sessions, const DeviceBuffer& o, const DeviceBuffer& step_o) {
+      lumen_layer_output prefill_out = DeviceOutput(o, prefill_count, LUMEN_DTYPE_BFLOAT16);
+      lumen_layer_output step_out = DeviceOutput(step_o, step_count, LUMEN_DTYPE_BFLOAT16);
+      lumen_status status = lumen_engine_prefill_varlen(
+          gpu.get(), 0, sessions.handles.data(), n, spread.data(), &prefill_in, &prefill_out);
+      if (status == LUMEN_OK) {
+        status = lumen_engine_prefill_varlen(gpu.get(), 0, sessions.handles.data(), n,
+                                             one_long.data(), &prefill_in, &prefill_out);
+      }
+      if (status == LUMEN_OK) {
+        status = lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &step_in,
+                                         &step_out);
+      }
+      return status;
+    };
+    const CapturedGraph graph(stream.get(), [&] { return calls(replayed, o_graph, step_graph); });
+    REQUIRE_OK(graph.status());
+    CHECK(ScratchBytes(gpu.get()) == reserved);
+    for (int replay = 0; replay < 2; ++replay) {
+      INFO("replay " << replay);
+      graph.Launch(stream.get());
+      REQUIRE_OK(calls(direct, o_direct, step_direct));
+      REQUIRE_CUDA(cudaStreamSynchronize(stream.get()));
+      CHECK(o_graph.Read() == o_direct.Read());
+      CHECK(step_graph.Read() == step_direct.Read());
+      for (int32_t i = 0; i < n; ++i) {
+        INFO("session " << i);
+        CHECK(AllState(replayed.handles[i], layer) == AllState(direct.handles[i], layer));
+      }
+    }
+    CHECK(ScratchBytes(gpu.get()) == reserved);
+  }
+}
+
+// A call that needs more scratch than the engine holds: during capture it fails, changing
+// nothing and leaving the capture usable; outside capture it grows the scratch and runs.
+TEST_CASE("a CUDA call larger than the reservation grows outside capture, fails inside",
+          "[.cuda]") {
+  std::mt19937 rng(TestSeed());
+  const RefLayer layer = EveryFamily(4, 8, 64, 64, rng)[10];  // Qwen3-Next
+  std::string error;
+  ModelPtr model = BuildModel({layer}, &error);
+  REQUIRE(model);
+  EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
+  Reserve(gpu.get(), 1, 64);
+  const int64_t reserved = ScratchBytes(gpu.get());
+  REQUIRE(reserved > 0);
+  std::vector<std::vector<float>> matrices, normalizers;
+  RandomStates(layer, 1, rng, &matrices, &normalizers);
+  Sessions sessions = MakeSessions(gpu.get(), layer, 1, matrices, normalizers);
+  const std::vector<float> before = AllState(sessions.handles[0], layer);
+  const int32_t T = 5000;
+  const DeviceTokens tokens(EncodeTokens(RandomTokens(layer, T, rng), LUMEN_DTYPE_BFLOAT16));
+  DeviceBuffer o(T * layer.VPerToken() * 4);
+  const Stream stream;
+  lumen_layer_inputs in = tokens.Inputs(layer, T, stream.get());
+  lumen_layer_output out = DeviceOutput(o, T * layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
+  {
+    const CapturedGraph graph(stream.get(), [&] {
+      return lumen_session_prefill(sessions.handles[0], 0, T, &in, &out);
+    });
+    CHECK(graph.status() == LUMEN_ERROR_UNSUPPORTED);
+    const std::string message = lumen_last_error_message();
+    INFO(message);
+    CHECK(message.find("lumen_engine_reserve") != std::string::npos);
+  }
+  CHECK(ScratchBytes(gpu.get()) == reserved);
+  CHECK(Tokens(sessions.handles[0]) == 0);
+  CHECK(AllState(sessions.handles[0], layer) == before);
+  // Outside capture the same call grows the scratch and runs.
+  REQUIRE_OK(lumen_session_prefill(sessions.handles[0], 0, T, &in, &out));
+  REQUIRE_CUDA(cudaStreamSynchronize(stream.get()));
+  const int64_t grown = ScratchBytes(gpu.get());
+  CHECK(grown > reserved);
+  CHECK(Tokens(sessions.handles[0]) == T);
+  CHECK(AllState(sessions.handles[0], layer) != before);
+  // Now it fits: the capture succeeds and grows nothing.
+  const CapturedGraph graph(stream.get(), [&] {
+    return lumen_session_prefill(sessions.handles[0], 0, T, &in, &out);
+  });
+  REQUIRE_OK(graph.status());
+  CHECK(ScratchBytes(gpu.get()) == grown);
+}
+
+// An asynchronous call that fails its input check, and the calls enqueued after it until the
+// report, change no state; the report takes their tokens back, so each session's count is
+// again the tokens its state has consumed: the count before the failing call. Over 64 good
+// calls come first, so the host copies of the record (which confirm calls without waiting)
+// have run by then; a conv layer and a plain one.
+TEST_CASE("token counts after a failed device-buffer call equal those before it", "[.cuda]") {
+  std::mt19937 rng(TestSeed());
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  std::vector<RefLayer> layers = EveryFamily(2, 4, 32, 32, rng);
+  for (const RefLayer& layer : {layers[5], layers[10]}) {  // gated_delta_net; Qwen3-Next
+    INFO(layer.Describe());
+    std::string error;
+    ModelPtr model = BuildModel({layer}, &error);
+    REQUIRE(model);
+    EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
+    const int32_t n = 2;
+    std::vector<std::vector<float>> matrices, normalizers;
+    RandomStates(layer, n, rng, &matrices, &normalizers);
+    Sessions sessions = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    Sessions twins = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    const Stream stream;
+    const DeviceTokens good(EncodeTokens(RandomTokens(layer, n, rng), LUMEN_DTYPE_FLOAT32));
+    TokenData bad_data = RandomTokens(layer, n, rng);
+    bad_data.v[layer.VPerToken() + 1] = kNaN;  // session 1's token
+    const DeviceTokens bad(EncodeTokens(bad_data, LUMEN_DTYPE_FLOAT32));
+    const int32_t prefill_tokens = 7;
+    const DeviceTokens prefill(
+        EncodeTokens(RandomTokens(layer, prefill_tokens, rng), LUMEN_DTYPE_FLOAT32));
+    DeviceBuffer o(prefill_tokens * layer.VPerToken() * 4);
+    lumen_layer_inputs good_in = good.Inputs(layer, n, stream.get());
+    lumen_layer_inputs bad_in = bad.Inputs(layer, n, stream.get());
+    lumen_layer_inputs prefill_in = prefill.Inputs(layer, prefill_tokens, stream.get());
+    lumen_layer_output step_out = DeviceOutput(o, n * layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
+    lumen_layer_output prefill_out =
+        DeviceOutput(o, prefill_tokens * layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
+    const int good_steps = 100;
+    for (int i = 0; i < good_steps; ++i) {
+      REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &good_in,
+                                         &step_out));
+      REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, twins.handles.data(), n, &good_in,
+                                         &step_out));
+    }
+    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &bad_in,
+                                       &step_out));
+    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &good_in,
+                                       &step_out));
+    REQUIRE_OK(lumen_session_prefill(sessions.handles[0], 0, prefill_tokens, &prefill_in,
+                                     &prefill_out));
+    // Until the report the counts include every call made.
+    CHECK(Tokens(sessions.handles[0]) == good_steps + 2 + prefill_tokens);
+    CHECK(Tokens(sessions.handles[1]) == good_steps + 2);
+    std::vector<float> matrix, normalizer;
+    CHECK(ReadState(sessions.handles[1], 0, layer, &matrix, &normalizer) ==
+          LUMEN_ERROR_INVALID_ARGUMENT);
+    const std::string reported = lumen_last_error_message();
+    INFO(reported);
+    CHECK(reported.find("session 1's token 0") != std::string::npos);
+    CHECK(reported.find("token counts no longer include") != std::string::npos);
+    for (int32_t i = 0; i < n; ++i) {
+      INFO("session " << i);
+      CHECK(Tokens(sessions.handles[i]) == good_steps);
+      CHECK(AllState(sessions.handles[i], layer) == AllState(twins.handles[i], layer));
+      CHECK(Tokens(twins.handles[i]) == good_steps);
+    }
+    // Reported once: calls count again.
+    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &good_in,
+                                       &step_out));
+    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, twins.handles.data(), n, &good_in,
+                                       &step_out));
+    for (int32_t i = 0; i < n; ++i) {
+      INFO("session " << i);
+      CHECK(AllState(sessions.handles[i], layer) == AllState(twins.handles[i], layer));
+      CHECK(Tokens(sessions.handles[i]) == good_steps + 1);
+    }
   }
 }
 

@@ -91,6 +91,12 @@ TEST_CASE("a larger struct_size is accepted only with zeros beyond the known fie
                     return lumen_session_snapshot_size(session.get(), options, &size);
                   });
 
+  lumen_reservation reservation;
+  lumen_reservation_init(&reservation);
+  CheckExtensions("lumen_reservation", reservation, [&](const lumen_reservation* r) {
+    return lumen_engine_reserve(stack.engine.get(), r);
+  });
+
   std::mt19937 rng(5);
   const RefLayer& ref = stack.layers[0];
   const lumen_test::EncodedTokens tokens =

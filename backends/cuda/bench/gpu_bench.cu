@@ -18,29 +18,77 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "lumen/lumen.h"
+#include "src/cli/lumen_handles.h"
 
 namespace lumen::cuda {
 namespace {
 
 constexpr int32_t kHeads = 16, kValueHeads = 32, kKeyDim = 128, kValueDim = 128;
 
-struct Failure {
-  std::string what;
-};
+constexpr char kProgram[] = "lumen bench";
 
-void Check(lumen_status status, const char* call) {
-  if (status != LUMEN_OK) {
-    throw Failure{std::string(call) + ": " + lumen_status_string(status) + ": " +
-                  lumen_last_error_message()};
+void Check(lumen_status status, const char* call) { cli::CheckAs(kProgram, status, call); }
+
+void CheckCuda(cudaError_t error, const char* call) {
+  if (error != cudaSuccess) {
+    cli::FailAs(kProgram, std::string(call) + " failed: " + cudaGetErrorString(error));
   }
 }
 
-void CheckCuda(cudaError_t error, const char* call) {
-  if (error != cudaSuccess) throw Failure{std::string(call) + ": " + cudaGetErrorString(error)};
+struct Options {
+  bool quick = false;
+  bool decode_only = false;
+  std::vector<std::string> families;  // empty: every family
+  std::vector<int32_t> sessions{1, 8, 64, 256, 1024};
+};
+
+bool Selected(const Options& options, const char* family) {
+  return options.families.empty() ||
+         std::find(options.families.begin(), options.families.end(), family) !=
+             options.families.end();
+}
+
+Options ParseOptions(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto list = [&] {
+      if (i + 1 >= argc) cli::FailAs(kProgram, "missing value for " + flag);
+      std::vector<std::string> items;
+      std::stringstream stream(argv[++i]);
+      for (std::string item; std::getline(stream, item, ',');) items.push_back(item);
+      return items;
+    };
+    if (flag == "--gpu") {
+    } else if (flag == "--quick") {
+      options.quick = true;
+    } else if (flag == "--decode") {
+      options.decode_only = true;
+    } else if (flag == "--families") {
+      options.families = list();
+    } else if (flag == "--sessions") {
+      options.sessions.clear();
+      for (const std::string& item : list()) {
+        char* end = nullptr;
+        const long value = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || value < 1 || value > 65536) {
+          cli::FailAs(kProgram, "bad session count '" + item + "'");
+        }
+        options.sessions.push_back(static_cast<int32_t>(value));
+      }
+    } else {
+      std::fprintf(stderr,
+                   "usage: lumen bench --gpu [--quick] [--decode] [--families a,b] "
+                   "[--sessions 1,1024]\n");
+      std::exit(2);
+    }
+  }
+  return options;
 }
 
 uint16_t ToBFloat16(float x) {
@@ -279,23 +327,21 @@ double PrefillMs(const Bench& bench, int32_t b, int32_t t, cudaStream_t stream, 
   return ms;
 }
 
-}  // namespace
-
 // The decode table for one state dtype: time per step and bandwidth against `copy`.
-void DecodeTable(int32_t state_dtype, double copy, cudaStream_t stream, int reps,
-                 std::mt19937& rng) {
+void DecodeTable(const Options& options, int32_t state_dtype, double copy, cudaStream_t stream,
+                 int reps, std::mt19937& rng) {
   const int state_bytes = state_dtype == LUMEN_DTYPE_BFLOAT16 ? 2 : 4;
   std::printf("decode, %s state: one batched step, graph replays (us per step; effective TB/s "
               "= 2*N*HV*K*V*%d/t; %% of copy)\n",
               state_bytes == 2 ? "bf16" : "fp32", state_bytes);
   std::printf("%-16s", "family");
-  const int32_t counts[] = {1, 8, 64, 256, 1024};
-  for (int32_t n : counts) std::printf(" | N=%-4d us   TB/s   %%  ", n);
+  for (int32_t n : options.sessions) std::printf(" | N=%-4d us   TB/s   %%  ", n);
   std::printf("\n");
   for (const Family& f : kFamilies) {
+    if (!Selected(options, f.name)) continue;
     Bench bench(f.family, state_dtype);
     std::printf("%-16s", f.name);
-    for (int32_t n : counts) {
+    for (int32_t n : options.sessions) {
       const double ms = DecodeMs(bench, n, stream, reps, rng);
       const double bytes = 2.0 * n * kValueHeads * kKeyDim * kValueDim * state_bytes;
       const double rate = bytes / (ms * 1e-3);
@@ -306,64 +352,64 @@ void DecodeTable(int32_t state_dtype, double copy, cudaStream_t stream, int reps
   }
 }
 
-int RunGpuBench(bool quick, bool decode_only) {
-  try {
-    cudaStream_t stream = nullptr;
-    CheckCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    cudaDeviceProp properties;
-    CheckCuda(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
-    const int reps = quick ? 3 : 50;
-    const double copy = CopyBandwidth(stream, quick ? 2 : 10);
-    std::printf("lumen bench on %s: bf16 inputs and output, H=%d, HV=%d, K=V=%d\n",
-                properties.name, kHeads, kValueHeads, kKeyDim);
-    std::printf("anchor: device-to-device copy %.2f TB/s (bytes read + written)\n\n",
-                copy / 1e12);
-    std::mt19937 rng(7);
+}  // namespace
 
-    if (decode_only) {
-      DecodeTable(LUMEN_DTYPE_FLOAT32, copy, stream, reps, rng);
-      DecodeTable(LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
-      cudaStreamDestroy(stream);
-      return 0;
-    }
-    {
-      // Session pool: create and destroy 10,000 sessions of one layer.
-      Bench bench(LUMEN_FAMILY_GATED_DELTA_NET, LUMEN_DTYPE_FLOAT32);
-      const int32_t count = quick ? 1000 : 10000;
-      std::vector<lumen_session*> sessions(count);
-      const auto t0 = std::chrono::steady_clock::now();
-      for (lumen_session*& s : sessions) Check(lumen_session_create(bench.engine, &s), "create");
-      const auto t1 = std::chrono::steady_clock::now();
-      for (lumen_session* s : sessions) lumen_session_destroy(s);
-      const auto t2 = std::chrono::steady_clock::now();
-      // Reuse: the freed slots come back zeroed in one batch.
-      for (lumen_session*& s : sessions) Check(lumen_session_create(bench.engine, &s), "create");
-      const auto t3 = std::chrono::steady_clock::now();
-      for (lumen_session* s : sessions) lumen_session_destroy(s);
-      auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
-      std::printf("sessions (%d, 2 MiB of state each): create %.1f ms, destroy %.1f ms, "
-                  "create again from freed slots %.1f ms\n\n",
-                  count, ms(t1 - t0), ms(t2 - t1), ms(t3 - t2));
-    }
+int RunGpuBench(int argc, char** argv) {
+  const Options options = ParseOptions(argc, argv);
+  const bool quick = options.quick;
+  cudaStream_t stream = nullptr;
+  CheckCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaDeviceProp properties;
+  CheckCuda(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
+  const int reps = quick ? 3 : 50;
+  const double copy = CopyBandwidth(stream, quick ? 2 : 10);
+  std::printf("lumen bench on %s: bf16 inputs and output, H=%d, HV=%d, K=V=%d\n",
+              properties.name, kHeads, kValueHeads, kKeyDim);
+  std::printf("anchor: device-to-device copy %.2f TB/s (bytes read + written)\n\n",
+              copy / 1e12);
+  std::mt19937 rng(7);
 
-    DecodeTable(LUMEN_DTYPE_FLOAT32, copy, stream, reps, rng);
-    std::printf("\n");
-    DecodeTable(LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
-    std::printf("\nprefill: lumen_engine_prefill_varlen from zero states (ms)\n");
-    std::printf("%-16s | B=4 x T=8192 | B=1 x T=65536\n", "family");
-    for (const Family& f : kFamilies) {
-      Bench bench(f.family, LUMEN_DTYPE_FLOAT32);
-      const double a = PrefillMs(bench, 4, quick ? 1024 : 8192, stream, quick ? 1 : 3, rng);
-      const double b = PrefillMs(bench, 1, quick ? 4096 : 65536, stream, quick ? 1 : 2, rng);
-      std::printf("%-16s | %12.2f | %13.2f\n", f.name, a, b);
-      std::fflush(stdout);
-    }
+  if (options.decode_only) {
+    DecodeTable(options, LUMEN_DTYPE_FLOAT32, copy, stream, reps, rng);
+    DecodeTable(options, LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
     cudaStreamDestroy(stream);
     return 0;
-  } catch (const Failure& failure) {
-    std::fprintf(stderr, "lumen bench: %s\n", failure.what.c_str());
-    return 1;
   }
+  {
+    // Session pool: create and destroy 10,000 sessions of one layer.
+    Bench bench(LUMEN_FAMILY_GATED_DELTA_NET, LUMEN_DTYPE_FLOAT32);
+    const int32_t count = quick ? 1000 : 10000;
+    std::vector<lumen_session*> sessions(count);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (lumen_session*& s : sessions) Check(lumen_session_create(bench.engine, &s), "create");
+    const auto t1 = std::chrono::steady_clock::now();
+    for (lumen_session* s : sessions) lumen_session_destroy(s);
+    const auto t2 = std::chrono::steady_clock::now();
+    // Reuse: the freed slots come back zeroed in one batch.
+    for (lumen_session*& s : sessions) Check(lumen_session_create(bench.engine, &s), "create");
+    const auto t3 = std::chrono::steady_clock::now();
+    for (lumen_session* s : sessions) lumen_session_destroy(s);
+    auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    std::printf("sessions (%d, 2 MiB of state each): create %.1f ms, destroy %.1f ms, "
+                "create again from freed slots %.1f ms\n\n",
+                count, ms(t1 - t0), ms(t2 - t1), ms(t3 - t2));
+  }
+
+  DecodeTable(options, LUMEN_DTYPE_FLOAT32, copy, stream, reps, rng);
+  std::printf("\n");
+  DecodeTable(options, LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
+  std::printf("\nprefill: lumen_engine_prefill_varlen from zero states (ms)\n");
+  std::printf("%-16s | B=4 x T=8192 | B=1 x T=65536\n", "family");
+  for (const Family& f : kFamilies) {
+    if (!Selected(options, f.name)) continue;
+    Bench bench(f.family, LUMEN_DTYPE_FLOAT32);
+    const double a = PrefillMs(bench, 4, quick ? 1024 : 8192, stream, quick ? 1 : 3, rng);
+    const double b = PrefillMs(bench, 1, quick ? 4096 : 65536, stream, quick ? 1 : 2, rng);
+    std::printf("%-16s | %12.2f | %13.2f\n", f.name, a, b);
+    std::fflush(stdout);
+  }
+  cudaStreamDestroy(stream);
+  return 0;
 }
 
 }  // namespace lumen::cuda

@@ -5,9 +5,12 @@
 
 namespace lumen::cuda {
 
-// Runs the benchmark and prints its tables; `quick` uses few repetitions (a smoke test);
-// `decode_only` prints the copy anchor and the decode tables alone. Returns the process exit
-// code: 0, or 1 when the CUDA backend is unavailable or a call fails.
-int RunGpuBench(bool quick, bool decode_only);
+// `lumen bench --gpu [--quick] [--decode] [--families a,b] [--sessions 1,1024]`: runs the
+// benchmark and prints its tables (argv[0] is "bench"). --quick uses few repetitions (a smoke
+// test); --decode prints the copy anchor and the decode tables alone; --families and
+// --sessions keep those families and decode session counts (to profile one case). Returns
+// the process exit code: 0, 1 when the CUDA backend is unavailable or a call fails, 2 for a
+// bad argument.
+int RunGpuBench(int argc, char** argv);
 
 }  // namespace lumen::cuda

@@ -7,7 +7,11 @@
 //      W = (I + A)^-1 diag(beta) (K ⊙ exp(b)) and U = (I + A)^-1 diag(beta) V with
 //      A[t, s] = beta_t sum_i k_t k_s exp(b_t - b_s) (s < t), by forward substitution.
 //      For the normalizer it sums each chunk's keys; for the split walk (3a) it also saves b_t
-//      (scalar decay) or K ⊙ exp(b_C - b) and b_C (per-channel decay).
+//      (scalar decay) or K ⊙ exp(b_C - b) and b_C (per-channel decay). The SIMT kernel
+//      (IntraChunkKernel) computes all of it in fp32 FMAs; NVIDIA builds that take the split
+//      walk run IntraChunkTensorKernel instead where it is faster (kTensorIntraChunk): P and A
+//      as 3xTF32 mma products, the UT transform blocked into 16 x 16 diagonal inverses and
+//      mma products.
 //   2. NormalizerPrefixKernel (normalizer only): the normalizer each chunk starts from.
 //   3. The inter-chunk part: U' = U - W S0 for the delta rule (V itself for additive writes),
 //      O = (Q ⊙ exp(b)) S0 + P U', S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U'.
@@ -411,12 +415,6 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         for (int i = sub + 1; i < kSubChunks; ++i) {
           const float ri = b[(i * kSubChunk - 1) * kIntraStride + c];
           k_minus[((i - 1) * kChunk + t) * kIntraStride + c] = k_raw[t * kIntraStride + c] * __expf(ri - bt);
-        }
-        if (layout.key_end > 0 && k0 + c < key_dim) {  // K^ and b_C for launch 3a
-          const float end = b[(span.length - 1) * kIntraStride + c];
-          slot[layout.key_end + t * key_dim + k0 + c] =
-              t < span.length ? k_raw[t * kIntraStride + c] * __expf(end - bt) : 0.0f;
-          if (t == 0) slot[layout.decay_end + k0 + c] = end;
         }
       }
     }
@@ -929,22 +927,29 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
   auto row_of = [&](int e) { return row0 + g + 8 * (e / 2); };
   auto column_of = [&](int n, int e) { return 8 * n + 2 * j + e % 2; };
 
-  // The state tile in registers, in the accumulator layout of K^T U'.
+  // The state tile in registers, in the accumulator layout of K^T U'. for_each_state calls
+  // f(entry, key, column, inside) for each entry s[m][n][e] this thread holds: its place in
+  // the head's [K, V] state, and whether that lies inside K x V.
   float* state = args.states[sequence] + static_cast<int64_t>(value_head) * key_dim * value_dim;
   float s[kRegisterWalkSlabs][kTensorValueTiles][4];
+  auto for_each_state = [&](auto f) {
 #pragma unroll
-  for (int m = 0; m < kRegisterWalkSlabs; ++m) {
+    for (int m = 0; m < kRegisterWalkSlabs; ++m) {
 #pragma unroll
-    for (int n = 0; n < kTensorValueTiles; ++n) {
+      for (int n = 0; n < kTensorValueTiles; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int32_t key = kInterSlab * m + row_of(e);
-        const int32_t col = v0 + column_of(n, e);
-        s[m][n][e] = key < key_dim && col < value_dim
-                         ? state[static_cast<int64_t>(key) * value_dim + col] : 0.0f;
+        for (int e = 0; e < 4; ++e) {
+          const int32_t key = kInterSlab * m + row_of(e);
+          const int32_t col = column_of(n, e);
+          f(s[m][n][e], key, col, key < key_dim && v0 + col < value_dim);
+        }
       }
     }
-  }
+  };
+  const int64_t tile_offset = v0;  // of this block's value tile in a [K, V] state
+  for_each_state([&](float& entry, int32_t key, int col, bool inside) {
+    entry = inside ? state[key * static_cast<int64_t>(value_dim) + tile_offset + col] : 0.0f;
+  });
 
   bool walked = false;
   for (int32_t local_chunk = 0; local_chunk < layout.chunks_per_round; ++local_chunk) {
@@ -988,21 +993,11 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
     }
 
     // S0 to the slot (for launch 3b) and, for W S0, to shared memory.
-#pragma unroll
-    for (int m = 0; m < kRegisterWalkSlabs; ++m) {
-#pragma unroll
-      for (int n = 0; n < kTensorValueTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int32_t key = kInterSlab * m + row_of(e);
-          const int32_t col = v0 + column_of(n, e);
-          if (key < key_dim && col < value_dim) {
-            slot[layout.start_state + static_cast<int64_t>(key) * value_dim + col] = s[m][n][e];
-          }
-          if (kDelta) s_shared[key * kRowStrideB + column_of(n, e)] = s[m][n][e];
-        }
-      }
-    }
+    float* start_state = slot + layout.start_state + tile_offset;
+    for_each_state([&](float& entry, int32_t key, int col, bool inside) {
+      if (inside) start_state[key * static_cast<int64_t>(value_dim) + col] = entry;
+      if (kDelta) s_shared[key * kRowStrideB + col] = entry;
+    });
 
     // X = W S0 (delta rule), a slab of keys at a time.
     float x[kTensorValueTiles][4] = {};
@@ -1071,20 +1066,9 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
     }
   }
   if (!walked) return;
-#pragma unroll
-  for (int m = 0; m < kRegisterWalkSlabs; ++m) {
-#pragma unroll
-    for (int n = 0; n < kTensorValueTiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int32_t key = kInterSlab * m + row_of(e);
-        const int32_t col = v0 + column_of(n, e);
-        if (key < key_dim && col < value_dim) {
-          state[static_cast<int64_t>(key) * value_dim + col] = s[m][n][e];
-        }
-      }
-    }
-  }
+  for_each_state([&](float& entry, int32_t key, int col, bool inside) {
+    if (inside) state[key * static_cast<int64_t>(value_dim) + tile_offset + col] = entry;
+  });
 }
 
 template <Decay kDecay, bool kDelta>
@@ -1196,6 +1180,492 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
     }
   }
 }
+
+// ---------------------------------------------------------------------------------------
+// Launch 1 on the tensor cores (NVIDIA builds that take the split walk: K <= 128, no
+// normalizer), one block of four warps per (sequence, chunk, value head). Warp w owns
+// sub-chunk w, rows 16 w .. 16 w + 15 of P and A.
+//   Scores: P = Q K^T and A = K K^T in 3xTF32 mma over the whole key dimension, staged once.
+//     Scalar or no decay: the products over s < 16 (w + 1), the factors exp(b_t - b_s) applied
+//     to the sums. Per-channel decay: the pairs of earlier sub-chunks as mma products of
+//     operands scaled against the boundary r = b_{16 w - 1} as the fragments are built,
+//     q_t exp(b_t - r) and k_s exp(r - b_s) (both factors <= 1); the diagonal 16 x 16 block,
+//     where no boundary lies between t and s, on the SIMT cores with each term's own
+//     exp(b_t - b_s), its 8 x 8 block above the diagonal skipped.
+//   The delta rule's UT transform, blocked as flash-linear-attention's solve_tril: each warp
+//     inverts its diagonal block D_w = (I + A_ww)^-1 by forward substitution, then every
+//     8-column tile of the right-hand sides R = diag(beta) [K ⊙ exp(b) | V] is solved block
+//     row by block row, X_i = D_i (R_i - sum_{j<i} A_ij X_j), both products in 3xTF32 mma.
+//     A warp owns whole column tiles, so the solve needs no block barrier.
+
+constexpr int kIntraTensorBlocksPerSm = 2;
+constexpr int kSolveTile = 64;                  // value columns per pass of the solve
+constexpr int kSolveStride = kSolveTile + 8;    // B operand rows: conflict-free fragments
+constexpr int kSquareFloats = kChunk * kSquareStride;       // A, read as the A operand
+constexpr int kInverseStride = kSubChunk + 4;               // D_i, read as the A operand
+constexpr int kInverseFloats = kChunk * kInverseStride;
+
+// Where IntraChunkTensorKernel keeps its operands in dynamic shared memory (floats): q, then a
+// tile of beta V; k, then the right-hand sides and W; b per channel, then A and D.
+struct IntraTensorShared {
+  int key_stride = 0;   // row stride of q, k and b: the keys padded to whole mma steps, + 4
+  int keys = 0;         // offset of k
+  int third = 0;        // offset of b / A
+  int total = 0;
+};
+
+__host__ __device__ inline IntraTensorShared IntraTensorSharedLayout(int32_t key_dim,
+                                                                      Decay decay, bool delta) {
+  IntraTensorShared layout;
+  layout.key_stride = (key_dim + 7) / 8 * 8 + 4;
+  const int rows = kChunk * layout.key_stride;
+  const int solve = delta ? kSquareFloats + kInverseFloats : 0;
+  layout.keys = delta && kSolveStride > layout.key_stride ? kChunk * kSolveStride : rows;
+  layout.third = layout.keys + rows;
+  const int third = decay == Decay::kPerChannel ? (rows > solve ? rows : solve) : solve;
+  layout.total = layout.third + third;
+  return layout;
+}
+
+// Copies chunk rows [0, kChunk) x columns [0, padded) of `source` (row stride `source_row`)
+// to shared memory, entries at or past `rows` or `columns` zero. As StageTile: the caller
+// waits (CopyAsyncWaitAll) and then needs a barrier.
+__device__ __forceinline__ void StageChunkRows(const float* source, int64_t source_row,
+                                               int rows, int columns, int padded,
+                                               float* target, int target_row, bool quads) {
+  const int width = quads ? 4 : 1;
+  const int per_row = padded / width;
+  for (int e = threadIdx.x; e < kChunk * per_row; e += blockDim.x) {
+    const int r = e / per_row;
+    const int c = width * (e % per_row);
+    float* to = target + r * target_row + c;
+    const bool inside = r < rows && c < columns;
+    if (quads) {
+      if (inside) {
+        CopyAsync<16>(to, source + r * source_row + c);
+      } else {
+        *reinterpret_cast<float4*>(to) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    } else if (inside) {
+      CopyAsync<4>(to, source + r * source_row + c);
+    } else {
+      *to = 0.0f;
+    }
+  }
+}
+
+// The diagonal block of sub-chunk `row0 / 16` with per-channel decays, in the accumulator
+// layout of its two 8-column mma tiles: p[h] and a[h] are tile h (columns row0 + 8 h ..).
+// Entries (h = 1, e < 2) lie above the diagonal for every lane and stay zero.
+template <bool kDelta>
+__device__ __forceinline__ void DiagonalScores(const float* q, const float* k, const float* b,
+                                               int stride, int columns, int row0,
+                                               float (&p)[2][4], float (&a)[2][4]) {
+  const int g = threadIdx.x % kWarpSize / 4;
+  const int j = threadIdx.x % 4;
+  const int rows[2] = {row0 + g, row0 + g + 8};
+  const int cols[4] = {row0 + 2 * j, row0 + 2 * j + 1, row0 + 8 + 2 * j, row0 + 9 + 2 * j};
+#pragma unroll 1
+  for (int c = 0; c < columns; c += 4) {
+    float4 qt[2], kt[2], bt[2], ks[4], bs[4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      qt[r] = *reinterpret_cast<const float4*>(q + rows[r] * stride + c);
+      bt[r] = *reinterpret_cast<const float4*>(b + rows[r] * stride + c);
+      if (kDelta) kt[r] = *reinterpret_cast<const float4*>(k + rows[r] * stride + c);
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      ks[s] = *reinterpret_cast<const float4*>(k + cols[s] * stride + c);
+      bs[s] = *reinterpret_cast<const float4*>(b + cols[s] * stride + c);
+    }
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (h == 1 && e < 2) continue;
+          const int r = e / 2;
+          const int s = 2 * h + e % 2;
+          // Pairs with s > t are masked later; the clamp keeps their factor finite.
+          const float factor = __expf(fminf(reinterpret_cast<const float*>(&bt[r])[x] -
+                                                reinterpret_cast<const float*>(&bs[s])[x],
+                                            0.0f));
+          const float key = reinterpret_cast<const float*>(&ks[s])[x] * factor;
+          p[h][e] = fmaf(reinterpret_cast<const float*>(&qt[r])[x], key, p[h][e]);
+          if (kDelta) a[h][e] = fmaf(reinterpret_cast<const float*>(&kt[r])[x], key, a[h][e]);
+        }
+      }
+    }
+  }
+}
+
+// Solves (I + A) X = R in place for the 8-column tiles n = warp + kTensorWarps i < tiles of
+// `x` (row stride `stride`), block row by block row; `a` holds A (stride kSquareStride),
+// `inverse` the diagonal blocks' inverses D_i (stride kInverseStride). Each warp touches only
+// its own columns.
+template <int kTilesPerWarp>
+__device__ __forceinline__ void SolveColumns(float* x, int stride, int tiles, const float* a,
+                                             const float* inverse) {
+  const int warp = threadIdx.x / kWarpSize;
+  const int g = threadIdx.x % kWarpSize / 4;
+  const int j = threadIdx.x % 4;
+  auto entry = [&](int row, int tile, int e) {
+    return (row + g + 8 * (e / 2)) * stride + 8 * (warp + kTensorWarps * tile) + 2 * j + e % 2;
+  };
+#pragma unroll 1
+  for (int i = 0; i < kSubChunks; ++i) {
+    float sum[kTilesPerWarp][4] = {};
+#pragma unroll 1
+    for (int k0 = 0; k0 < kSubChunk * i; k0 += 8) {
+      const FragmentA fa = MakeFragmentA(
+          [&](int r, int c) { return a[(kSubChunk * i + r) * kSquareStride + k0 + c]; });
+#pragma unroll
+      for (int tile = 0; tile < kTilesPerWarp; ++tile) {
+        const int n = warp + kTensorWarps * tile;
+        if (n >= tiles) break;
+        const FragmentB fb =
+            MakeFragmentB([&](int r, int c) { return x[(k0 + r) * stride + 8 * n + c]; });
+        MmaTf32x3(sum[tile], fa, fb);
+      }
+    }
+#pragma unroll
+    for (int tile = 0; tile < kTilesPerWarp; ++tile) {
+      if (warp + kTensorWarps * tile >= tiles) break;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[entry(kSubChunk * i, tile, e)] -= sum[tile][e];
+    }
+    __syncwarp();
+    float solved[kTilesPerWarp][4] = {};
+#pragma unroll
+    for (int k0 = 0; k0 < kSubChunk; k0 += 8) {
+      const FragmentA fa = MakeFragmentA([&](int r, int c) {
+        return inverse[(kSubChunk * i + r) * kInverseStride + k0 + c];
+      });
+#pragma unroll
+      for (int tile = 0; tile < kTilesPerWarp; ++tile) {
+        const int n = warp + kTensorWarps * tile;
+        if (n >= tiles) break;
+        const FragmentB fb = MakeFragmentB(
+            [&](int r, int c) { return x[(kSubChunk * i + k0 + r) * stride + 8 * n + c]; });
+        MmaTf32x3(solved[tile], fa, fb);
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int tile = 0; tile < kTilesPerWarp; ++tile) {
+      if (warp + kTensorWarps * tile >= tiles) break;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[entry(kSubChunk * i, tile, e)] = solved[tile][e];
+    }
+    __syncwarp();
+  }
+}
+
+// Calls f(t, c) for each quad of columns c, c + 1, c + 2, c + 3 < `columns` (a multiple of 4)
+// of every chunk row t: warp w takes rows w, w + kTensorWarps, ..., each lane a quad, so
+// neither index needs a division.
+template <typename Quad>
+__device__ __forceinline__ void ForEachQuad(int columns, Quad f) {
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll 4
+  for (int t = warp; t < kChunk; t += kTensorWarps) {
+    for (int c = 4 * lane; c < columns; c += 4 * kWarpSize) f(t, c);
+  }
+}
+
+// The score tiles (16 rows x 8 columns) that the mma computes: row block r holds tiles
+// 0 .. 2 r + 1 (per-channel decay: 0 .. 2 r - 1, the diagonal block being computed apart),
+// listed from the last row block on and dealt out evenly, kScoreItems to a warp, so that the
+// warps' shares of the triangle are equal.
+template <bool kChannels>
+constexpr int kScoreItems = (kChannels ? 12 : 20) / kTensorWarps;
+
+template <bool kChannels>
+__device__ __forceinline__ void ScoreTile(int index, int& row_block, int& tile) {
+  int r = kSubChunks - 1;
+  int tiles = 2 * r + (kChannels ? 0 : 2);
+  while (index >= tiles) {
+    index -= tiles;
+    --r;
+    tiles = 2 * r + (kChannels ? 0 : 2);
+  }
+  row_block = r;
+  tile = index;
+}
+
+template <Decay kDecay, bool kDelta>
+__global__ void __launch_bounds__(kInterThreads, kIntraTensorBlocksPerSm)
+IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
+                       float* scratch) {
+  extern __shared__ __align__(16) float shared[];
+  __shared__ float decay[kChunk];  // b_t, scalar decay
+  __shared__ float beta[kChunk];
+  __shared__ float totals[kChunk];
+  constexpr bool kChannels = kDecay == Decay::kPerChannel;
+  constexpr int kItems = kScoreItems<kChannels>;
+
+  const int32_t num_value_heads = args.num_value_heads;
+  const int32_t value_head = blockIdx.x % num_value_heads;
+  const int32_t local_sequence = blockIdx.x / num_value_heads;
+  const int32_t local_chunk = blockIdx.y;
+  ChunkSpan span;
+  if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) return;
+  float* slot = SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
+  const int32_t key_dim = args.key_dim;
+  const int32_t value_dim = args.value_dim;
+  const int32_t length = span.length;
+  const int32_t head = value_head / (num_value_heads / args.num_heads);
+  const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
+  const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+  const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+  const IntraTensorShared regions = IntraTensorSharedLayout(key_dim, kDecay, kDelta);
+  const int stride = regions.key_stride;
+  const int padded = stride - 4;
+  float* q_s = shared;                   // [C, stride] q; then a tile of beta V
+  float* k_s = shared + regions.keys;    // [C, stride] k; then beta K ⊙ exp(b), then W
+  float* b_s = shared + regions.third;   // [C, stride] b_t per channel; then A
+  float* inverse = b_s + kSquareFloats;  // [C, kInverseStride] D_i, block row i
+
+  LoadTokenScalars<kDecay, kDelta>(args, span, value_head, decay, beta, totals);
+  if (kDecay == Decay::kScalar && threadIdx.x < kChunk) {
+    slot[layout.token_decay + threadIdx.x] = decay[threadIdx.x];  // b_t for launch 3a
+  }
+  const bool quads = QuadAligned(args.q + head * key_dim, qk_row, key_dim) &&
+                     QuadAligned(args.k + head * key_dim, qk_row, key_dim);
+  StageChunkRows(q, qk_row, length, key_dim, padded, q_s, stride, quads);
+  StageChunkRows(k, qk_row, length, key_dim, padded, k_s, stride, quads);
+  if (kChannels) {  // b_t, one column per thread, the reads of 16 tokens in flight
+    for (int c = threadIdx.x; c < padded; c += blockDim.x) {
+      float running = 0.0f;
+#pragma unroll
+      for (int t0 = 0; t0 < kChunk; t0 += 16) {
+        float g[16];
+#pragma unroll
+        for (int t = 0; t < 16; ++t) g[t] = FetchLogDecay(args, span, value_head, 0, t0 + t, c);
+#pragma unroll
+        for (int t = 0; t < 16; ++t) {
+          running += g[t];
+          b_s[(t0 + t) * stride + c] = running;
+        }
+      }
+    }
+  }
+  CopyAsyncWaitAll();
+  __syncthreads();
+  if (kChannels) {  // K^ = K ⊙ exp(b_C - b) and b_C for launch 3a
+    const float* end = b_s + (length - 1) * stride;
+    ForEachQuad(padded, [&](int t, int c) {
+      const float4 kq = *reinterpret_cast<const float4*>(k_s + t * stride + c);
+      const float4 bq = *reinterpret_cast<const float4*>(b_s + t * stride + c);
+      const float4 eq = *reinterpret_cast<const float4*>(end + c);
+      const float kv[4] = {kq.x, kq.y, kq.z, kq.w};
+      const float bv[4] = {bq.x, bq.y, bq.z, bq.w};
+      const float ev[4] = {eq.x, eq.y, eq.z, eq.w};
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        if (c + x >= key_dim) break;
+        slot[layout.key_end + t * key_dim + c + x] =
+            t < length ? kv[x] * __expf(ev[x] - bv[x]) : 0.0f;
+        if (t == 0) slot[layout.decay_end + c + x] = ev[x];
+      }
+    });
+  }
+
+  // Scores: this warp's kItems tiles by mma, and for per-channel decay its own row block's
+  // diagonal block on the SIMT cores.
+  const int warp = threadIdx.x / kWarpSize;
+  const int g = threadIdx.x % kWarpSize / 4;
+  const int j = threadIdx.x % 4;
+  const int row0 = kSubChunk * warp;
+  int item_row[kItems];
+  int item_tile[kItems];
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) ScoreTile<kChannels>(kItems * warp + i, item_row[i], item_tile[i]);
+  float p[kItems][4] = {};
+  float a[kItems][4] = {};
+  float p_diagonal[2][4] = {};
+  float a_diagonal[2][4] = {};
+  if (kChannels) DiagonalScores<kDelta>(q_s, k_s, b_s, stride, padded, row0, p_diagonal, a_diagonal);
+#pragma unroll 1
+  for (int c0 = 0; c0 < padded; c0 += 8) {
+    FragmentA qa, ka;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const int rows = kSubChunk * item_row[i];
+      // r, the boundary before the row block (per-channel decay; row block 0 has no items).
+      const float* reference = b_s + (rows > 0 ? rows - 1 : 0) * stride + c0;
+      if (i == 0 || item_row[i] != item_row[i > 0 ? i - 1 : 0]) {
+        auto operand_a = [&](const float* source) {
+          return MakeFragmentA([&](int r, int c) {
+            const int at = (rows + r) * stride + c0 + c;
+            if (!kChannels) return source[at];
+            return source[at] * __expf(b_s[at] - reference[c]);
+          });
+        };
+        qa = operand_a(q_s);
+        if (kDelta) ka = operand_a(k_s);
+      }
+      const int s0 = 8 * item_tile[i];
+      const FragmentB kb = MakeFragmentB([&](int r, int c) {
+        const int at = (s0 + c) * stride + c0 + r;
+        if (!kChannels) return k_s[at];
+        return k_s[at] * __expf(reference[r] - b_s[at]);
+      });
+      MmaTf32x3(p[i], qa, kb);
+      if (kDelta) MmaTf32x3(a[i], ka, kb);
+    }
+  }
+
+  // Mask, apply the scalar decay factors, store P; p and a become final P and A entries.
+  auto finish = [&](int t, int s, float& pv, float& av) {
+    float factor = 1.0f;
+    if (kDecay == Decay::kScalar && s <= t) factor = __expf(decay[t] - decay[s]);
+    pv = s <= t && t < length ? pv * factor : 0.0f;
+    av = s < t && t < length ? beta[t] * av * factor : 0.0f;
+  };
+  float* scores = slot + layout.scores;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      finish(kSubChunk * item_row[i] + g + 8 * (e / 2), 8 * item_tile[i] + 2 * j + e % 2, p[i][e],
+             a[i][e]);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int t = kSubChunk * item_row[i] + g + 8 * half;
+      *reinterpret_cast<float2*>(&scores[t * kChunk + 8 * item_tile[i] + 2 * j]) =
+          make_float2(p[i][2 * half], p[i][2 * half + 1]);
+    }
+  }
+  // This warp's row block past the mma tiles: the diagonal block (per-channel decay) and
+  // zeros above the diagonal.
+  const int first_free = 2 * warp + (kChannels ? 0 : 2);
+#pragma unroll
+  for (int n = 0; n < 2 * kSubChunks; ++n) {
+    if (n < first_free) continue;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool diagonal = kChannels && n < first_free + 2;
+      float pv = diagonal ? p_diagonal[n % 2][e] : 0.0f;
+      float av = diagonal ? a_diagonal[n % 2][e] : 0.0f;
+      finish(row0 + g + 8 * (e / 2), 8 * n + 2 * j + e % 2, pv, av);
+      if (kChannels && n < 2 * warp + 2) {
+        p_diagonal[n % 2][e] = pv;
+        a_diagonal[n % 2][e] = av;
+      }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const bool diagonal = kChannels && n < first_free + 2;
+      const int t = row0 + g + 8 * half;
+      *reinterpret_cast<float2*>(&scores[t * kChunk + 8 * n + 2 * j]) =
+          diagonal ? make_float2(p_diagonal[n % 2][2 * half], p_diagonal[n % 2][2 * half + 1])
+                   : make_float2(0.0f, 0.0f);
+    }
+  }
+  if (!kDelta) return;
+
+  // The UT transform. First the right-hand sides of the key columns, in place of K.
+  __syncthreads();  // every read of q, k and b by the scores is done
+  ForEachQuad(padded, [&](int t, int c) {
+    float4& kq = *reinterpret_cast<float4*>(k_s + t * stride + c);
+    float4 value = kq;
+    float factor = beta[t];
+    if (kDecay == Decay::kScalar) factor *= __expf(decay[t]);
+    if (kChannels) {
+      const float4 bq = *reinterpret_cast<const float4*>(b_s + t * stride + c);
+      value.x *= factor * __expf(bq.x);
+      value.y *= factor * __expf(bq.y);
+      value.z *= factor * __expf(bq.z);
+      value.w *= factor * __expf(bq.w);
+    } else {
+      value.x *= factor;
+      value.y *= factor;
+      value.z *= factor;
+      value.w *= factor;
+    }
+    kq = value;
+  });
+  __syncthreads();  // b is free: A takes its place
+  float* a_s = b_s;
+  auto store_a = [&](int row_block, int tile, float v0, float v1, float v2, float v3) {
+    float* at = &a_s[(kSubChunk * row_block + g) * kSquareStride + 8 * tile + 2 * j];
+    *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
+    *reinterpret_cast<float2*>(at + 8 * kSquareStride) = make_float2(v2, v3);
+  };
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    store_a(item_row[i], item_tile[i], a[i][0], a[i][1], a[i][2], a[i][3]);
+  }
+#pragma unroll
+  for (int n = 0; n < 2 * kSubChunks; ++n) {
+    if (n < first_free) continue;
+    if (kChannels && n < first_free + 2) {
+      const float(&d)[4] = a_diagonal[n % 2];
+      store_a(warp, n, d[0], d[1], d[2], d[3]);
+    } else {
+      store_a(warp, n, 0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+  __syncthreads();
+  // D_w = (I + A_ww)^-1 by forward substitution, one column per lane.
+  const int lane = threadIdx.x % kWarpSize;
+  if (lane < kSubChunk) {
+    float column[kSubChunk];
+#pragma unroll
+    for (int r = 0; r < kSubChunk; ++r) {
+      float sum = r == lane ? 1.0f : 0.0f;
+#pragma unroll
+      for (int u = 0; u < r; ++u) {
+        sum = fmaf(-a_s[(row0 + r) * kSquareStride + row0 + u], column[u], sum);
+      }
+      column[r] = sum;
+    }
+#pragma unroll
+    for (int r = 0; r < kSubChunk; ++r) inverse[(row0 + r) * kInverseStride + lane] = column[r];
+  }
+  __syncthreads();
+  SolveColumns<kRegisterWalkMaxKeys / 8 / kTensorWarps>(k_s, stride, padded / 8, a_s, inverse);
+  __syncthreads();
+  float* w = slot + layout.keys;
+  ForEachQuad(padded, [&](int t, int c) {
+    const float4 xq = *reinterpret_cast<const float4*>(k_s + t * stride + c);
+    const float xv[4] = {xq.x, xq.y, xq.z, xq.w};
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      if (c + x < key_dim) w[t * key_dim + c + x] = xv[x];
+    }
+  });
+  const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
+  const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+  float* u = slot + layout.values;
+  float* tile = q_s;  // [C, kSolveStride]
+  for (int32_t v0 = 0; v0 < value_dim; v0 += kSolveTile) {
+    const int columns = value_dim - v0 < kSolveTile ? value_dim - v0 : kSolveTile;
+    __syncthreads();  // the tile's space is free
+    ForEachInTile<kSolveTile, kInterThreads>(
+        [&](int t, int c) {
+          return t < length && c < columns ? beta[t] * __ldg(v + t * v_row + v0 + c) : 0.0f;
+        },
+        [&](int t, int c, float value) { tile[t * kSolveStride + c] = value; });
+    __syncthreads();
+    SolveColumns<kSolveTile / 8 / kTensorWarps>(tile, kSolveStride, kSolveTile / 8, a_s,
+                                                inverse);
+    __syncthreads();
+    ForEachQuad(kSolveTile, [&](int t, int c) {
+      const float4 xq = *reinterpret_cast<const float4*>(tile + t * kSolveStride + c);
+      const float xv[4] = {xq.x, xq.y, xq.z, xq.w};
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        if (c + x < columns) u[t * value_dim + v0 + c + x] = xv[x];
+      }
+    });
+  }
+}
 #endif  // LUMEN_GPU_NVIDIA_PATHS
 
 // ---------------------------------------------------------------------------------------
@@ -1227,6 +1697,15 @@ bool UsesSplitWalk(const ChunkwiseArgs& args) {
   return false;
 #endif
 }
+
+// Whether launch 1 of a split call runs on the tensor cores (IntraChunkTensorKernel): where
+// that measured faster than the SIMT kernel on the H200, additive writes and per-channel
+// decays. The delta rule with scalar or no decay keeps IntraChunkKernel: there the tensor
+// kernel (four warps a block, two blocks a multiprocessor, its solve a serial chain of block
+// rows) measured slower (B = 4 x T = 8192: delta_net 8.33 against 7.16 ms, gated_delta_net
+// 8.95 against 7.70), though it computes those families too.
+template <Decay kDecay, bool kDelta, bool kNormalize>
+constexpr bool kTensorIntraChunk = !kNormalize && (kDecay == Decay::kPerChannel || !kDelta);
 
 Plan MakePlan(const ChunkwiseArgs& args) {
   Plan plan;
@@ -1290,13 +1769,37 @@ cudaError_t PreferSharedMemory() {
   return status;
 }
 
+#if LUMEN_GPU_NVIDIA_PATHS
+// Raises a kernel's dynamic shared-memory limit to `bytes`, once per kernel (the largest any
+// shape of its dispatch asks for).
+template <auto kKernel>
+cudaError_t AllowDynamicSharedMemory(int bytes) {
+  static const cudaError_t status = cudaFuncSetAttribute(
+      reinterpret_cast<const void*>(kKernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  return status;
+}
+#endif
+
 template <Decay kDecay, bool kDelta, bool kNormalize>
 cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scratch,
                          cudaStream_t stream) {
   const SlotLayout& layout = plan.layout;
   const bool split = UsesSplitWalk(args);
-  cudaError_t status = PreferSharedMemory<IntraChunkKernel<kDecay, kDelta, kNormalize>>();
+  constexpr bool kTensorIntra = kTensorIntraChunk<kDecay, kDelta, kNormalize>;
+  const bool tensor_intra = split && kTensorIntra;
+  cudaError_t status = cudaSuccess;
+  if (!tensor_intra) status = PreferSharedMemory<IntraChunkKernel<kDecay, kDelta, kNormalize>>();
 #if LUMEN_GPU_NVIDIA_PATHS
+  if constexpr (kTensorIntra) {
+    if (tensor_intra && status == cudaSuccess) {
+      status = PreferSharedMemory<IntraChunkTensorKernel<kDecay, kDelta>>();
+    }
+    if (tensor_intra && status == cudaSuccess) {
+      status = AllowDynamicSharedMemory<IntraChunkTensorKernel<kDecay, kDelta>>(
+          IntraTensorSharedLayout(kRegisterWalkMaxKeys, kDecay, kDelta).total *
+          static_cast<int>(sizeof(float)));
+    }
+  }
   if constexpr (!kNormalize) {
     if (split && status == cudaSuccess) {
       status = PreferSharedMemory<StateWalkTensorKernel<kDecay, kDelta>>();
@@ -1320,14 +1823,28 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
       const Round round{first_sequence, first_chunk};
       const int32_t chunks = std::min(layout.chunks_per_round, plan.max_chunks - first_chunk);
       const dim3 intra_grid(sequences * args.num_value_heads, chunks);
-      IntraChunkKernel<kDecay, kDelta, kNormalize>
-          <<<intra_grid, kIntraThreads, 0, stream>>>(args, layout, round, scratch);
+      bool launched = false;
+#if LUMEN_GPU_NVIDIA_PATHS
+      if constexpr (kTensorIntra) {
+        if (tensor_intra) {
+          const int intra_bytes = IntraTensorSharedLayout(args.key_dim, kDecay, kDelta).total *
+                                  static_cast<int>(sizeof(float));
+          IntraChunkTensorKernel<kDecay, kDelta>
+              <<<intra_grid, kInterThreads, intra_bytes, stream>>>(args, layout, round, scratch);
+          launched = true;
+        }
+      }
+#endif
+      if (!launched) {
+        IntraChunkKernel<kDecay, kDelta, kNormalize>
+            <<<intra_grid, kIntraThreads, 0, stream>>>(args, layout, round, scratch);
+      }
       if (kNormalize) {
         NormalizerPrefixKernel<<<sequences * args.num_value_heads, 128, 0, stream>>>(
             args, layout, round, scratch);
       }
       const int32_t walks = sequences * args.num_value_heads * value_tiles;
-      bool launched = false;
+      launched = false;
 #if LUMEN_GPU_NVIDIA_PATHS
       if constexpr (!kNormalize) {
         if (split) {

@@ -24,6 +24,7 @@ struct CheckedTensor {
 struct CheckArgs {
   CheckedTensor tensors[5];  // kInputQ .. kInputBeta
   int32_t dtype = kFloat32;
+  unsigned long long call = 0;
 };
 
 __device__ __forceinline__ bool Inside(float value, int32_t domain) {
@@ -64,6 +65,7 @@ __device__ void FinishCheck(const CheckArgs& args, int32_t num_sessions, int32_t
     record->session = session;
     record->session_token = token - first;
     record->num_sessions = num_sessions;
+    record->call = args.call;
     record->error = key;
   }
   if (hold_sequences && record->error != kNoInputError) {
@@ -78,11 +80,21 @@ CheckKernel(const CheckArgs args, int32_t num_sessions, int32_t* cu_seqlens,
             bool hold_sequences, InputErrorRecord* record) {
   AllowDependentLaunch();  // a step kernel may load its state meanwhile; it waits to read us
   const int64_t stride = int64_t{gridDim.x} * kThreads;
-#pragma unroll 1
+  const int64_t first = blockIdx.x * int64_t{kThreads} + threadIdx.x;
+  // This thread's first element of every tensor, loaded together: the check of a step of a
+  // few sessions is then one round trip to memory, not five.
+  float first_values[5];
+#pragma unroll
   for (int tensor = 0; tensor < 5; ++tensor) {
     const CheckedTensor& t = args.tensors[tensor];
-    for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < t.count; i += stride) {
-      if (!Inside(LoadElement(t.data, i, args.dtype), t.domain)) {
+    first_values[tensor] = first < t.count ? LoadElement(t.data, first, args.dtype) : 0.0f;
+  }
+#pragma unroll
+  for (int tensor = 0; tensor < 5; ++tensor) {
+    const CheckedTensor& t = args.tensors[tensor];
+    for (int64_t i = first; i < t.count; i += stride) {
+      const float value = i == first ? first_values[tensor] : LoadElement(t.data, i, args.dtype);
+      if (!Inside(value, t.domain)) {
         atomicMin(&record->candidate,
                   (static_cast<unsigned long long>(tensor) << kInputIndexBits) |
                       static_cast<unsigned long long>(i));
@@ -117,6 +129,7 @@ cudaError_t LaunchCheckInputs(const LayerConfig& layer, const RawInputs& inputs,
   const int64_t K = layer.key_dim, V = layer.value_dim;
   CheckArgs args;
   args.dtype = inputs.dtype;
+  args.call = inputs.call;
   args.tensors[kInputQ] = {inputs.q, num_tokens * H * K, H, K, kDomainFinite};
   args.tensors[kInputK] = {inputs.k, num_tokens * H * K, H, K, kDomainFinite};
   if (inputs.g != nullptr && layer.fixed_log_decay == nullptr && layer.gate != kGateNone) {

@@ -31,6 +31,7 @@ struct InputErrorRecord {
   int32_t domain = kDomainFinite;
   int64_t heads = 0, per_head = 0;  // the tensor's layout [tokens, heads, per_head]
   int64_t session = 0, session_token = 0, num_sessions = 0;
+  unsigned long long call = 0;  // RawInputs::call of the failing call
 };
 
 // Whether the record holds an error: kernels that change state or output test this first.

@@ -46,6 +46,9 @@ struct RawInputs {
   const void* g = nullptr;     // [T, HV] or [T, HV, K], or null
   const void* beta = nullptr;  // [T, HV], or null
   int32_t dtype = kFloat32;
+  // The backend's number for the layer call, kept in the input check's record when the
+  // call's check fails (so that the backend knows which calls changed nothing).
+  unsigned long long call = 0;
 };
 
 __device__ __forceinline__ float LoadElement(const void* data, int64_t index, int32_t dtype) {

@@ -1,4 +1,6 @@
-// The recurrent step kernel. A block owns one column tile of one value head of one session:
+// The block step kernel, for every shape except bf16 state with K <= 128 and V % 4 == 0 (the
+// pipelined kernel of pipelined_step.cu takes those). A block owns one column tile of one value
+// head of one session:
 // rows split across kRowGroups thread groups, columns across kColumnThreads threads of kVec
 // consecutive columns each (one 16-byte access for fp32 state). Columns of S evolve
 // independently (SPEC section 2), so tiles never talk to each other; the sums over K are
@@ -10,7 +12,8 @@
 
 #include "backends/cuda/kernels/recurrent_step.cuh"
 
-#include <algorithm>
+#include "backends/cuda/kernels/block_sum.cuh"
+#include "backends/cuda/kernels/pipelined_step.cuh"
 
 namespace lumen::cuda {
 namespace {
@@ -24,28 +27,6 @@ constexpr int kWarps = kBlockThreads / kWarpSize;
 // tile's copies in flight); a 256-row tile's shared memory allows fewer.
 constexpr int StagedBlocksPerSm(int rows) { return rows >= 16 ? 5 : 8; }
 static_assert(kWarpSize % kColumnThreads == 0, "a warp holds whole row groups");
-
-// Sums each of kCount values over the whole block; every thread gets the totals.
-// `scratch` holds kWarps * kCount floats. Starts and ends with a barrier-safe state.
-template <int kCount>
-__device__ __forceinline__ void BlockSum(float (&values)[kCount], float* scratch) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-#pragma unroll
-  for (int j = 0; j < kCount; ++j) values[j] = SumAcrossLaneGroups<1>(values[j]);
-  if (lane == 0) {
-#pragma unroll
-    for (int j = 0; j < kCount; ++j) scratch[warp * kCount + j] = values[j];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < kCount; ++j) {
-    float total = 0.0f;
-    for (int w = 0; w < kWarps; ++w) total += scratch[w * kCount + j];
-    values[j] = total;
-  }
-  __syncthreads();
-}
 
 template <int kVec>
 struct StateIo;
@@ -225,7 +206,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
 
   float q_norm = 1.0f, k_norm = 1.0f;
   if (layer.qk_l2norm) {
-    BlockSum(norms, reduce_scratch);
+    BlockSum<kBlockThreads>(norms, reduce_scratch);
     q_norm = L2NormFactor(layer, norms[0]);
     k_norm = L2NormFactor(layer, norms[1]);
   }
@@ -347,7 +328,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
       partial[warp][2 * (c * kVec + e) + 1] = sum_q[e];
     }
   }
-  BlockSum(dots, reduce_scratch);  // its barriers also publish `partial`
+  BlockSum<kBlockThreads>(dots, reduce_scratch);  // its barriers also publish `partial`
   if (tid < 2 * kTileColumns) {
     float total = 0.0f;
     for (int w = 0; w < kWarps; ++w) total += partial[w][tid];
@@ -441,7 +422,7 @@ NormalizerUpdateKernel(const StepArgs args, const StepStates states) {
       const float k = LoadElement(in.k, qk_row + i, in.dtype);
       sums[0] += k * k;
     }
-    BlockSum(sums, reduce_scratch);
+    BlockSum<kBlockThreads>(sums, reduce_scratch);
     k_norm = L2NormFactor(layer, sums[0]);
   }
   const int32_t dtype = args.state_bf16 ? kBFloat16 : kFloat32;
@@ -459,23 +440,8 @@ cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t 
   const int64_t tiles = (args.layer.value_dim + tile_columns - 1) / tile_columns;
   const dim3 grid(static_cast<uint32_t>(tiles * args.layer.num_value_heads),
                   static_cast<uint32_t>(args.num_sessions));
-#if LUMEN_GPU_NVIDIA_PATHS
-  if (args.follows_check) {
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(kBlockThreads);
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, RecurrentStepKernel<kVec, kRows, kSingleChunk>, args,
-                              states);
-  }
-#endif
-  RecurrentStepKernel<kVec, kRows, kSingleChunk><<<grid, kBlockThreads, 0, stream>>>(args, states);
-  return cudaGetLastError();
+  return LaunchStepKernel(RecurrentStepKernel<kVec, kRows, kSingleChunk>, grid,
+                          dim3(kBlockThreads), 0, args.follows_check, stream, args, states);
 }
 
 // The one dispatch switch: 16-byte column groups when V allows them, rows held in registers
@@ -497,9 +463,14 @@ cudaError_t LaunchRecurrentStep(const StepArgs& args, const StepStates& states,
                                 cudaStream_t stream) {
   if (args.num_sessions == 0) return cudaSuccess;
   // Every head's slice starts 16-byte aligned when V % 4 == 0 (blocks are 64-byte aligned).
-  const bool vectorised = args.layer.value_dim % 4 == 0;
-  cudaError_t error = vectorised ? LaunchForKeyDim<4>(args, states, stream)
-                                 : LaunchForKeyDim<1>(args, states, stream);
+  cudaError_t error = cudaSuccess;
+  if (PipelinedStepFits(args)) {
+    error = LaunchPipelinedStep(args, states, stream);
+  } else if (args.layer.value_dim % 4 == 0) {
+    error = LaunchForKeyDim<4>(args, states, stream);
+  } else {
+    error = LaunchForKeyDim<1>(args, states, stream);
+  }
   if (error != cudaSuccess || !args.layer.normalize) return error;
   const dim3 grid(static_cast<uint32_t>(args.layer.num_value_heads),
                   static_cast<uint32_t>(args.num_sessions));

@@ -37,6 +37,46 @@ __device__ __forceinline__ void MmaTf32(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// An operand fragment of m16n8k8, split into its big and small TF32 parts.
+struct FragmentA {
+  uint32_t big[4], small[4];
+};
+struct FragmentB {
+  uint32_t big[2], small[2];
+};
+
+// The A fragment (16 x 8) whose entry (r, c) is element(r, c): shared-memory reads, or values
+// computed on the way in (a decay factor applied, say).
+template <typename Element>
+__device__ __forceinline__ FragmentA MakeFragmentA(Element element) {
+  const int g = threadIdx.x % kWarpSize / 4;
+  const int j = threadIdx.x % 4;
+  FragmentA a;
+  SplitTf32(element(g, j), a.big[0], a.small[0]);
+  SplitTf32(element(g + 8, j), a.big[1], a.small[1]);
+  SplitTf32(element(g, j + 4), a.big[2], a.small[2]);
+  SplitTf32(element(g + 8, j + 4), a.big[3], a.small[3]);
+  return a;
+}
+
+// The B fragment (8 x 8) whose entry (k, n) is element(k, n).
+template <typename Element>
+__device__ __forceinline__ FragmentB MakeFragmentB(Element element) {
+  const int g = threadIdx.x % kWarpSize / 4;
+  const int j = threadIdx.x % 4;
+  FragmentB b;
+  SplitTf32(element(j, g), b.big[0], b.small[0]);
+  SplitTf32(element(j + 4, g), b.big[1], b.small[1]);
+  return b;
+}
+
+// d += a b at fp32 accuracy: the three TF32 products, small terms first.
+__device__ __forceinline__ void MmaTf32x3(float (&d)[4], const FragmentA& a, const FragmentB& b) {
+  MmaTf32(d, a.small, b.big);
+  MmaTf32(d, a.big, b.small);
+  MmaTf32(d, a.big, b.big);
+}
+
 // One warp accumulates C0 += A0 B and, when kTwo, C1 += A1 B for a 16 x (8 kTiles)
 // block of C, over `depth` (a multiple of 8) steps of the inner dimension. A (16 rows) is read
 // as a[row * a_row + i * a_inner] from shared memory, B as b[i * b_inner + column]. The

@@ -21,8 +21,8 @@ LumenError = capi.LumenError
 
 __all__ = [
     "LumenError", "Status", "Family", "FeatureMap", "DType", "Memory", "Backend", "Param",
-    "StatePart", "LayerOptions", "EngineOptions", "SnapshotOptions", "ModelBuilder", "Model",
-    "Engine", "Session", "version",
+    "StatePart", "LayerOptions", "EngineOptions", "SnapshotOptions", "Reservation",
+    "ModelBuilder", "Model", "Engine", "Session", "version",
 ]
 
 
@@ -92,6 +92,11 @@ def EngineOptions(**fields):
 def SnapshotOptions(**fields):
     """A lumen_snapshot_options with defaults, then the given fields (state_dtype)."""
     return _fill(capi.lumen_snapshot_options(), fields)
+
+
+def Reservation(**fields):
+    """A lumen_reservation with defaults, then the given fields (max_sessions, max_tokens)."""
+    return _fill(capi.lumen_reservation(), fields)
 
 
 class _Handle:
@@ -203,6 +208,20 @@ class Engine(_Handle):
     @property
     def num_threads(self):
         return capi.lumen_engine_num_threads(self.address)
+
+    def reserve(self, reservation=None, **fields):
+        """Makes the engine ready for every layer call within the reservation (a Reservation,
+        or keyword fields max_sessions and max_tokens: the most sessions and tokens one call
+        takes): on a GPU, device-buffer calls within it neither allocate nor synchronize
+        (lumen_engine_reserve); on the CPU only the arguments are checked."""
+        if reservation is not None and fields:
+            raise TypeError("give either a reservation or keyword fields")
+        capi.lumen_engine_reserve(self.address, reservation or Reservation(**fields))
+
+    @property
+    def scratch_bytes(self):
+        """Bytes of device scratch the engine holds (0 on the CPU)."""
+        return capi.lumen_engine_scratch_bytes(self.address)
 
     def session(self):
         """A new Session of this engine, every state zero."""

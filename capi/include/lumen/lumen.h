@@ -52,12 +52,17 @@
  *     before the call returned has finished; the caller's buffers must stay valid and
  *     unchanged until then. Such a call synchronizes and
  *     copies nothing through host memory, so it may be captured in a CUDA graph and replayed
- *     (replays update the same sessions' state, in the captured order). A prefill, and a step
- *     of a layer with a convolution or Mamba-2, uses the engine's device scratch, which the
- *     first call of a larger size grows (cudaMalloc); while the stream is captured a call
- *     that needs more than the engine holds fails with LUMEN_ERROR_UNSUPPORTED (run one call
- *     of that size first). Graphs of such calls share that scratch: replay them in order
- *     with the engine's other calls (one stream, or synchronize in between).
+ *     (replays update the same sessions' state, in the captured order).
+ *   - Scratch. A prefill, and a step of a layer with a convolution or Mamba-2, uses the
+ *     engine's device scratch. Reserve it before serving (lumen_engine_reserve: the most
+ *     sessions and tokens one call will take); lumen_engine_scratch_bytes says what is held.
+ *     A call over device buffers that needs no more than the engine holds neither allocates
+ *     nor synchronizes. One that needs more grows the scratch first: outside capture it
+ *     waits for the engine's earlier asynchronous calls that use the scratch, frees it and
+ *     allocates the larger size (cudaMalloc), so that call is not asynchronous; while the
+ *     stream is captured it fails with LUMEN_ERROR_UNSUPPORTED, changing nothing (reserve
+ *     first). Graphs of such calls share the scratch: replay them in order with the
+ *     engine's other calls (one stream, or synchronize in between).
  *   - A call with any LUMEN_MEMORY_HOST buffer copies through the engine's device scratch and
  *     returns when its output has been written back and the state updated.
  *   - Every other call that touches a session's state (create, fork, reset, read_state,
@@ -83,8 +88,13 @@
  *     call listed above (create, fork, reset, read_state, ...) or a layer call with a host
  *     buffer. That call does nothing else (repeat it), and reporting clears the record. From
  *     the failing call until the report, every layer call of the engine (the failing one, and
- *     any enqueued after it, graph replays included) leaves state and outputs unchanged;
- *     only the sessions' token counts (lumen_session_tokens) count those calls' tokens.
+ *     any enqueued after it, graph replays included) leaves state and outputs unchanged.
+ *     Token counts (lumen_session_tokens) follow the states: until the report they include
+ *     the tokens of those calls, and the reporting call takes them back out of every
+ *     session they were added to, so that afterwards each count is the tokens its state has
+ *     consumed. A graph replay never changes a count (the capture counted its tokens once):
+ *     when the failing call is a replay, the engine cannot tell which of its direct calls ran
+ *     before it, and takes back nothing (reset or restore the sessions involved).
  *
  * Shapes (one session, one layer; row-major, innermost last; see docs/ and the SPEC):
  *   q, k   [T, H, K]      v, o   [T, HV, V]      beta [T, HV]
@@ -469,6 +479,57 @@ LUMEN_API lumen_status lumen_engine_backend(const lumen_engine* engine, lumen_ba
  */
 LUMEN_API lumen_status lumen_engine_num_threads(const lumen_engine* engine, int32_t* out);
 
+/**
+ * The largest layer calls lumen_engine_reserve makes an engine ready for. Fill with
+ * lumen_reservation_init. Added after 0.1.0 (struct_size tells which fields a caller has).
+ */
+typedef struct lumen_reservation {
+  uint32_t struct_size;  /* sizeof(lumen_reservation); set by init */
+  int32_t max_sessions;  /* sessions in one layer call: n of lumen_engine_step_batch and
+                            lumen_engine_prefill_varlen, 1 for the session calls; default 1 */
+  int32_t max_tokens;    /* tokens in one layer call, its sessions together (a step takes one
+                            per session); default 1 */
+} lumen_reservation;
+
+/** Fills *reservation with defaults (one session, one token). Added after 0.1.0. */
+LUMEN_API void lumen_reservation_init(lumen_reservation* reservation);
+
+/**
+ * Makes the engine ready, now, for every layer call of at most reservation->max_sessions
+ * sessions and reservation->max_tokens tokens: any layer of the model, step or prefill,
+ * every input and output dtype, buffers in device memory. Added after 0.1.0.
+ *
+ * GPU engines: grows the engine's device scratch (see "GPU engines") to what the largest such
+ * call needs, so that afterwards no call within the reservation whose buffers are all
+ * LUMEN_MEMORY_DEVICE allocates or synchronizes, also while its stream is being captured
+ * into a CUDA graph. Growing waits for the engine's earlier asynchronous calls that use the
+ * scratch (an input error of theirs is not reported here). The scratch never shrinks while
+ * the engine lives: reserving less than it holds changes nothing. Calls with host buffers
+ * copy through the scratch too and may still grow it; they synchronize anyway.
+ *
+ * CPU engine: checks the arguments and changes nothing (its layer calls keep their scratch
+ * in host memory and need no reservation).
+ *
+ * Returns LUMEN_ERROR_INVALID_ARGUMENT for a NULL reservation, a bad struct_size, max_sessions
+ * or max_tokens below 1, or max_sessions above 2^20 (1048576); LUMEN_ERROR_OUT_OF_MEMORY,
+ * with the bytes asked for, when the device cannot hold the scratch (the engine may then hold
+ * none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU
+ * runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal).
+ * Sizing takes time in proportion to max_sessions for each distinct layer shape. Thread-safe:
+ * other threads may use the engine meanwhile (their calls wait for it).
+ */
+LUMEN_API lumen_status lumen_engine_reserve(lumen_engine* engine,
+                                            const lumen_reservation* reservation);
+
+/**
+ * Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve
+ * and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;
+ * outgrown buffers that captured graphs may still use are not counted). A call that needs
+ * no more than this grows nothing. Always 0 for the CPU backend. Thread-safe. Added after
+ * 0.1.0.
+ */
+LUMEN_API lumen_status lumen_engine_scratch_bytes(const lumen_engine* engine, int64_t* out);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Sessions                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
@@ -501,7 +562,9 @@ LUMEN_API lumen_status lumen_session_model(const lumen_session* session, lumen_m
  * at most 2^62 tokens (4611686018427387904; at a billion tokens a second, 146 years): a
  * layer call that would take a session's layer past it fails with
  * LUMEN_ERROR_INVALID_ARGUMENT before anything changes (reset or restore the session to go
- * on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT.
+ * on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT. On GPU
+ * engines the count includes the calls over device buffers enqueued so far; those that fail
+ * their input check are taken back out when the error is reported (see "GPU engines").
  */
 LUMEN_API lumen_status lumen_session_tokens(const lumen_session* session, int32_t layer,
                                             int64_t* out);

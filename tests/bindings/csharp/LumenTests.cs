@@ -242,6 +242,24 @@ public static class LumenTests {
     }
   }
 
+  static void ReservingScratchChecksItsArguments() {
+    using (Engine engine = NewEngine(out Model model))
+    using (model)
+    using (var reservation = new Reservation { MaxSessions = 8, MaxTokens = 4096 }) {
+      // The CPU backend holds no device scratch: a valid reservation changes nothing.
+      engine.Reserve(reservation);
+      Check(engine.ScratchBytes == 0, "no device scratch on the CPU");
+      int[][] bad = {new[] {0, 1}, new[] {1, 0}, new[] {-3, 5}, new[] {(1 << 20) + 1, 1}};
+      foreach (int[] counts in bad) {
+        reservation.MaxSessions = counts[0];
+        reservation.MaxTokens = counts[1];
+        var error = Throws<LumenException>(() => engine.Reserve(reservation), "a bad reservation");
+        Check(error.Code == LumenStatus.INVALID_ARGUMENT, error.Message);
+        Check(error.Message.Contains("max_sessions"), error.Message);
+      }
+    }
+  }
+
   static long ResidentBytes() =>
       long.Parse(File.ReadAllText("/proc/self/statm").Split(' ')[1]) * 4096;
 
@@ -283,7 +301,8 @@ public static class LumenTests {
     var tests = new Action[] {
       EveryHeaderFunctionIsReachable, StepAndPrefillMatchTheReference, PointersAndBf16Inputs,
       BatchedStepAndVarlenPrefillMatchSingleSessions, SnapshotRoundTripsThroughBytesAndAFile,
-      BadCallsThrowWithTheLibraryMessage, NativeMemoryIsReleased,
+      BadCallsThrowWithTheLibraryMessage, ReservingScratchChecksItsArguments,
+      NativeMemoryIsReleased,
     };
     int failed = 0;
     foreach (Action test in tests) {

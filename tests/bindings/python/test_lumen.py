@@ -187,6 +187,20 @@ def test_bad_calls_raise_with_the_library_message(engine):
         session.tokens(0)
 
 
+def test_reserving_scratch_checks_its_arguments(engine):
+    # The CPU backend holds no device scratch: a valid reservation changes nothing.
+    engine.reserve(max_sessions=8, max_tokens=4096)
+    engine.reserve(lumen.Reservation(max_sessions=2))
+    assert engine.scratch_bytes == 0
+    for sessions, tokens in [(0, 1), (1, 0), (-3, 5), ((1 << 20) + 1, 1)]:
+        with pytest.raises(lumen.LumenError) as error:
+            engine.reserve(max_sessions=sessions, max_tokens=tokens)
+        assert error.value.status == lumen.Status.INVALID_ARGUMENT
+        assert "max_sessions" in error.value.message
+    with pytest.raises(TypeError):
+        engine.reserve(lumen.Reservation(), max_tokens=2)
+
+
 def test_any_buffer_and_dlpack_without_copies(engine):
     rng = np.random.default_rng(4)
     q, k, v, g, beta = (x[0] for x in random_inputs(rng, 1))

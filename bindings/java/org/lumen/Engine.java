@@ -3,6 +3,7 @@ package org.lumen;
 import org.lumen.capi.Capi;
 import org.lumen.capi.EngineOptions;
 import org.lumen.capi.LayerOptions;
+import org.lumen.capi.Reservation;
 
 /**
  * A model bound to a backend and its worker threads (lumen_engine). Thread-safe: its calls
@@ -51,6 +52,22 @@ public final class Engine extends Handle {
   public int numThreads() {
     int[] out = new int[1];
     Capi.lumen_engine_num_threads(address(), out);
+    return out[0];
+  }
+
+  /**
+   * Makes the engine ready for every layer call within {@code reservation} (the most sessions
+   * and tokens one call takes): on a GPU, device-buffer calls within it neither allocate nor
+   * synchronize (lumen_engine_reserve); on the CPU only the arguments are checked.
+   */
+  public void reserve(Reservation reservation) {
+    Capi.lumen_engine_reserve(address(), reservation);
+  }
+
+  /** Bytes of device scratch the engine holds (lumen_engine_scratch_bytes; 0 on the CPU). */
+  public long scratchBytes() {
+    long[] out = new long[1];
+    Capi.lumen_engine_scratch_bytes(address(), out);
     return out[0];
   }
 

@@ -694,6 +694,119 @@ extern "C" {
     #[doc = " (num_threads = 0 resolved to the hardware's count)."]
     pub fn lumen_engine_num_threads(engine: *const lumen_engine, out: *mut i32) -> lumen_status;
 }
+#[doc = " The largest layer calls lumen_engine_reserve makes an engine ready for. Fill with"]
+#[doc = " lumen_reservation_init. Added after 0.1.0 (struct_size tells which fields a caller has)."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lumen_reservation {
+    pub struct_size: u32,
+    pub max_sessions: i32,
+    pub max_tokens: i32,
+}
+#[test]
+fn bindgen_test_layout_lumen_reservation() {
+    assert_eq!(
+        ::std::mem::size_of::<lumen_reservation>(),
+        12usize,
+        concat!("Size of: ", stringify!(lumen_reservation))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<lumen_reservation>(),
+        4usize,
+        concat!("Alignment of ", stringify!(lumen_reservation))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_reservation>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_reservation),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_max_sessions() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_reservation>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_sessions) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_reservation),
+                "::",
+                stringify!(max_sessions)
+            )
+        );
+    }
+    test_field_max_sessions();
+    fn test_field_max_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_reservation>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_tokens) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_reservation),
+                "::",
+                stringify!(max_tokens)
+            )
+        );
+    }
+    test_field_max_tokens();
+}
+extern "C" {
+    #[doc = " Fills *reservation with defaults (one session, one token). Added after 0.1.0."]
+    pub fn lumen_reservation_init(reservation: *mut lumen_reservation);
+}
+extern "C" {
+    #[doc = " Makes the engine ready, now, for every layer call of at most reservation->max_sessions"]
+    #[doc = " sessions and reservation->max_tokens tokens: any layer of the model, step or prefill,"]
+    #[doc = " every input and output dtype, buffers in device memory. Added after 0.1.0."]
+    #[doc = ""]
+    #[doc = " GPU engines: grows the engine's device scratch (see \"GPU engines\") to what the largest such"]
+    #[doc = " call needs, so that afterwards no call within the reservation whose buffers are all"]
+    #[doc = " LUMEN_MEMORY_DEVICE allocates or synchronizes, also while its stream is being captured"]
+    #[doc = " into a CUDA graph. Growing waits for the engine's earlier asynchronous calls that use the"]
+    #[doc = " scratch (an input error of theirs is not reported here). The scratch never shrinks while"]
+    #[doc = " the engine lives: reserving less than it holds changes nothing. Calls with host buffers"]
+    #[doc = " copy through the scratch too and may still grow it; they synchronize anyway."]
+    #[doc = ""]
+    #[doc = " CPU engine: checks the arguments and changes nothing (its layer calls keep their scratch"]
+    #[doc = " in host memory and need no reservation)."]
+    #[doc = ""]
+    #[doc = " Returns LUMEN_ERROR_INVALID_ARGUMENT for a NULL reservation, a bad struct_size, max_sessions"]
+    #[doc = " or max_tokens below 1, or max_sessions above 2^20 (1048576); LUMEN_ERROR_OUT_OF_MEMORY,"]
+    #[doc = " with the bytes asked for, when the device cannot hold the scratch (the engine may then hold"]
+    #[doc = " none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU"]
+    #[doc = " runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal)."]
+    #[doc = " Sizing takes time in proportion to max_sessions for each distinct layer shape. Thread-safe:"]
+    #[doc = " other threads may use the engine meanwhile (their calls wait for it)."]
+    pub fn lumen_engine_reserve(
+        engine: *mut lumen_engine,
+        reservation: *const lumen_reservation,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve"]
+    #[doc = " and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;"]
+    #[doc = " outgrown buffers that captured graphs may still use are not counted). A call that needs"]
+    #[doc = " no more than this grows nothing. Always 0 for the CPU backend. Thread-safe. Added after"]
+    #[doc = " 0.1.0."]
+    pub fn lumen_engine_scratch_bytes(engine: *const lumen_engine, out: *mut i64) -> lumen_status;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct lumen_session {
@@ -735,7 +848,9 @@ extern "C" {
     #[doc = " at most 2^62 tokens (4611686018427387904; at a billion tokens a second, 146 years): a"]
     #[doc = " layer call that would take a session's layer past it fails with"]
     #[doc = " LUMEN_ERROR_INVALID_ARGUMENT before anything changes (reset or restore the session to go"]
-    #[doc = " on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT."]
+    #[doc = " on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT. On GPU"]
+    #[doc = " engines the count includes the calls over device buffers enqueued so far; those that fail"]
+    #[doc = " their input check are taken back out when the error is reported (see \"GPU engines\")."]
     pub fn lumen_session_tokens(
         session: *const lumen_session,
         layer: i32,

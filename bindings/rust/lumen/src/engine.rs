@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use crate::error::{check, Error, Result};
 use crate::model::Model;
-use crate::options::{Backend, EngineOptions};
+use crate::options::{Backend, EngineOptions, Reservation};
 use crate::session::Session;
 use crate::sys;
 use crate::tensor::{Element, Inputs};
@@ -88,6 +88,22 @@ impl Engine {
         let mut out = 0;
         // SAFETY: as above.
         check(unsafe { sys::lumen_engine_num_threads(self.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
+
+    /// Makes the engine ready for every layer call within `reservation` (sessions and tokens
+    /// per call): on a GPU, device-buffer calls within it then neither allocate nor
+    /// synchronize (`lumen_engine_reserve`); on the CPU it only checks the arguments.
+    pub fn reserve(&self, reservation: &Reservation) -> Result<()> {
+        // SAFETY: the engine is live; the reservation is a valid struct, read during the call.
+        check(unsafe { sys::lumen_engine_reserve(self.as_ptr(), reservation.as_ptr()) })
+    }
+
+    /// Bytes of device scratch the engine holds (`lumen_engine_scratch_bytes`; 0 on the CPU).
+    pub fn scratch_bytes(&self) -> Result<i64> {
+        let mut out = 0;
+        // SAFETY: the engine is live; out is a valid out-pointer.
+        check(unsafe { sys::lumen_engine_scratch_bytes(self.as_ptr(), &mut out) })?;
         Ok(out)
     }
 

@@ -35,7 +35,7 @@ pub use error::{Error, Result};
 pub use model::{Model, ModelBuilder};
 pub use options::{
     Backend, ConvActivation, DType, EngineOptions, Family, FeatureMap, LayerOptions, Memory,
-    Param, SnapshotOptions, StatePart,
+    Param, Reservation, SnapshotOptions, StatePart,
 };
 pub use session::Session;
 pub use tensor::{Bf16, Element, F16, Inputs};

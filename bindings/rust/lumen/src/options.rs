@@ -122,6 +122,11 @@ options_struct!(
     /// How a snapshot is written (`lumen_snapshot_options`).
     SnapshotOptions, lumen_snapshot_options, lumen_snapshot_options_init
 );
+options_struct!(
+    /// The largest layer calls an engine is made ready for (`lumen_reservation`, see
+    /// `Engine::reserve`).
+    Reservation, lumen_reservation, lumen_reservation_init
+);
 
 impl LayerOptions {
     /// Defaults for a layer of `family`; set at least heads, key_dim and value_dim.
@@ -199,5 +204,14 @@ impl SnapshotOptions {
     setters! {
         /// FLOAT32 (exact) or BFLOAT16 (half the size).
         state_dtype: state_dtype as DType => |d| d.0;
+    }
+}
+
+impl Reservation {
+    setters! {
+        /// Sessions in one layer call (n of the batched calls); default 1.
+        max_sessions: max_sessions as i32 => |x| x;
+        /// Tokens in one layer call, its sessions together; default 1.
+        max_tokens: max_tokens as i32 => |x| x;
     }
 }

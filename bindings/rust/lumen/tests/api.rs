@@ -2,7 +2,7 @@
 //! errors, bf16 inputs and that native memory is released.
 use lumen::{
     sys, Bf16, DType, Engine, EngineOptions, Family, Inputs, LayerOptions, Model, ModelBuilder,
-    Session, SnapshotOptions, StatePart,
+    Reservation, Session, SnapshotOptions, StatePart,
 };
 
 const H: usize = 2;
@@ -236,6 +236,20 @@ fn bad_calls_return_the_library_message() {
     let error = builder.add_layer(&layer(Family::GLA, 0, 0, 4, 4)).unwrap_err();
     assert_eq!(error.status(), sys::LUMEN_ERROR_INVALID_ARGUMENT as i32);
     assert!(!error.message().is_empty());
+}
+
+#[test]
+fn reserving_scratch_checks_its_arguments() {
+    let engine = engine();
+    // The CPU backend holds no device scratch: a valid reservation changes nothing.
+    engine.reserve(&Reservation::default().max_sessions(8).max_tokens(4096)).unwrap();
+    assert_eq!(engine.scratch_bytes().unwrap(), 0);
+    for (sessions, tokens) in [(0, 1), (1, 0), (-3, 5), ((1 << 20) + 1, 1)] {
+        let reservation = Reservation::default().max_sessions(sessions).max_tokens(tokens);
+        let error = engine.reserve(&reservation).unwrap_err();
+        assert_eq!(error.status(), sys::LUMEN_ERROR_INVALID_ARGUMENT as i32);
+        assert!(error.message().contains("max_sessions"), "{}", error);
+    }
 }
 
 #[test]

@@ -112,6 +112,18 @@ public class Capi {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_num_threads(engine, out out_));
   }
 
+  public static void lumen_reservation_init(Reservation reservation) {
+    CapiPINVOKE.lumen_reservation_init(Reservation.getCPtr(reservation));
+  }
+
+  public static void lumen_engine_reserve(global::System.IntPtr engine, Reservation reservation) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_reserve(engine, Reservation.getCPtr(reservation)));
+  }
+
+  public static void lumen_engine_scratch_bytes(global::System.IntPtr engine, out long out_) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_scratch_bytes(engine, out out_));
+  }
+
   public static void lumen_session_create(global::System.IntPtr engine, out global::System.IntPtr out_) {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_create(engine, out out_));
   }

@@ -385,6 +385,33 @@ class CapiPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_num_threads___")]
   public static extern int lumen_engine_num_threads(global::System.IntPtr jarg1, out int jarg2);
 
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_Reservation_MaxSessions_set___")]
+  public static extern void Reservation_MaxSessions_set(global::System.Runtime.InteropServices.HandleRef jarg1, int jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_Reservation_MaxSessions_get___")]
+  public static extern int Reservation_MaxSessions_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_Reservation_MaxTokens_set___")]
+  public static extern void Reservation_MaxTokens_set(global::System.Runtime.InteropServices.HandleRef jarg1, int jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_Reservation_MaxTokens_get___")]
+  public static extern int Reservation_MaxTokens_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_new_Reservation___")]
+  public static extern global::System.IntPtr new_Reservation();
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_delete_Reservation___")]
+  public static extern void delete_Reservation(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_reservation_init___")]
+  public static extern void lumen_reservation_init(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_reserve___")]
+  public static extern int lumen_engine_reserve(global::System.IntPtr jarg1, global::System.Runtime.InteropServices.HandleRef jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_scratch_bytes___")]
+  public static extern int lumen_engine_scratch_bytes(global::System.IntPtr jarg1, out long jarg2);
+
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_create___")]
   public static extern int lumen_session_create(global::System.IntPtr jarg1, out global::System.IntPtr jarg2);
 

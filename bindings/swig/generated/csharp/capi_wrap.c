@@ -291,6 +291,12 @@ SWIGINTERN struct lumen_engine_options *new_lumen_engine_options(void){
     return options;
   }
 SWIGINTERN void delete_lumen_engine_options(struct lumen_engine_options *self){ free(self); }
+SWIGINTERN struct lumen_reservation *new_lumen_reservation(void){
+    lumen_reservation* options = (lumen_reservation*)calloc(1, sizeof(lumen_reservation));
+    if (options) lumen_reservation_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_reservation(struct lumen_reservation *self){ free(self); }
 SWIGINTERN struct lumen_layer_inputs *new_lumen_layer_inputs(void){
     lumen_layer_inputs* options = (lumen_layer_inputs*)calloc(1, sizeof(lumen_layer_inputs));
     if (options) lumen_layer_inputs_init(options);
@@ -1029,6 +1035,104 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_num_threads___(void* j
   arg1 = (lumen_engine *)jarg1;
   arg2 = (int32_t *)jarg2; 
   result = (lumen_status)lumen_engine_num_threads((struct lumen_engine const *)arg1,arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_Reservation_MaxSessions_set___(void * jarg1, int jarg2) {
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  int32_t arg2 ;
+  
+  arg1 = (struct lumen_reservation *)jarg1; 
+  arg2 = (int32_t)jarg2; 
+  if (arg1) (arg1)->max_sessions = arg2;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_Reservation_MaxSessions_get___(void * jarg1) {
+  int jresult ;
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  int32_t result;
+  
+  arg1 = (struct lumen_reservation *)jarg1; 
+  result = (int32_t) ((arg1)->max_sessions);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_Reservation_MaxTokens_set___(void * jarg1, int jarg2) {
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  int32_t arg2 ;
+  
+  arg1 = (struct lumen_reservation *)jarg1; 
+  arg2 = (int32_t)jarg2; 
+  if (arg1) (arg1)->max_tokens = arg2;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_Reservation_MaxTokens_get___(void * jarg1) {
+  int jresult ;
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  int32_t result;
+  
+  arg1 = (struct lumen_reservation *)jarg1; 
+  result = (int32_t) ((arg1)->max_tokens);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void * SWIGSTDCALL CSharp_LumenfCApi_new_Reservation___() {
+  void * jresult ;
+  struct lumen_reservation *result = 0 ;
+  
+  result = (struct lumen_reservation *)new_lumen_reservation();
+  jresult = (void *)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_delete_Reservation___(void * jarg1) {
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  
+  arg1 = (struct lumen_reservation *)jarg1; 
+  delete_lumen_reservation(arg1);
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_lumen_reservation_init___(void * jarg1) {
+  lumen_reservation *arg1 = (lumen_reservation *) 0 ;
+  
+  arg1 = (lumen_reservation *)jarg1; 
+  lumen_reservation_init(arg1);
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_reserve___(void* jarg1, void * jarg2) {
+  int jresult ;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  lumen_reservation *arg2 = (lumen_reservation *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_engine *)jarg1;
+  arg2 = (lumen_reservation *)jarg2; 
+  result = (lumen_status)lumen_engine_reserve(arg1,(struct lumen_reservation const *)arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_scratch_bytes___(void* jarg1, long long * jarg2) {
+  int jresult ;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_engine *)jarg1;
+  arg2 = (int64_t *)jarg2; 
+  result = (lumen_status)lumen_engine_scratch_bytes((struct lumen_engine const *)arg1,arg2);
   jresult = (int)result;
   return jresult;
 }

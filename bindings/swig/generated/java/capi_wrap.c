@@ -294,6 +294,12 @@ SWIGINTERN struct lumen_engine_options *new_lumen_engine_options(void){
     return options;
   }
 SWIGINTERN void delete_lumen_engine_options(struct lumen_engine_options *self){ free(self); }
+SWIGINTERN struct lumen_reservation *new_lumen_reservation(void){
+    lumen_reservation* options = (lumen_reservation*)calloc(1, sizeof(lumen_reservation));
+    if (options) lumen_reservation_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_reservation(struct lumen_reservation *self){ free(self); }
 SWIGINTERN struct lumen_layer_inputs *new_lumen_layer_inputs(void){
     lumen_layer_inputs* options = (lumen_layer_inputs*)calloc(1, sizeof(lumen_layer_inputs));
     if (options) lumen_layer_inputs_init(options);
@@ -1374,6 +1380,137 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1num_1threads(
   {
     jint value = (jint)(intptr_t)temp2;
     (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &value);
+  }
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_Reservation_1maxSessions_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jint jarg2) {
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  int32_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_reservation **)&jarg1; 
+  arg2 = (int32_t)jarg2; 
+  if (arg1) (arg1)->max_sessions = arg2;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_Reservation_1maxSessions_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jint jresult = 0 ;
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  int32_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_reservation **)&jarg1; 
+  result = (int32_t) ((arg1)->max_sessions);
+  jresult = (jint)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_Reservation_1maxTokens_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jint jarg2) {
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  int32_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_reservation **)&jarg1; 
+  arg2 = (int32_t)jarg2; 
+  if (arg1) (arg1)->max_tokens = arg2;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_Reservation_1maxTokens_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jint jresult = 0 ;
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  int32_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_reservation **)&jarg1; 
+  result = (int32_t) ((arg1)->max_tokens);
+  jresult = (jint)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_new_1Reservation(JNIEnv *jenv, jclass jcls) {
+  jlong jresult = 0 ;
+  struct lumen_reservation *result = 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  result = (struct lumen_reservation *)new_lumen_reservation();
+  *(struct lumen_reservation **)&jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_delete_1Reservation(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = *(struct lumen_reservation **)&jarg1; 
+  delete_lumen_reservation(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_lumen_1reservation_1init(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  lumen_reservation *arg1 = (lumen_reservation *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(lumen_reservation **)&jarg1; 
+  lumen_reservation_init(arg1);
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1reserve(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jobject jarg2_) {
+  jint jresult = 0 ;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  lumen_reservation *arg2 = (lumen_reservation *) 0 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg2_;
+  arg1 = (lumen_engine *)(intptr_t)jarg1;
+  arg2 = *(lumen_reservation **)&jarg2; 
+  result = (lumen_status)lumen_engine_reserve(arg1,(struct lumen_reservation const *)arg2);
+  jresult = (jint)result;
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1scratch_1bytes(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
+  jint jresult = 0 ;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t temp2 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_engine *)(intptr_t)jarg1;
+  {
+    if (!binding_out_array(jenv, jarg2)) return 0;
+    memset(&temp2, 0, sizeof temp2);
+    arg2 = &temp2;
+  }
+  result = (lumen_status)lumen_engine_scratch_bytes((struct lumen_engine const *)arg1,arg2);
+  jresult = (jint)result;
+  {
+    jlong value = (jlong)(intptr_t)temp2;
+    (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &value);
   }
   return jresult;
 }

@@ -384,6 +384,64 @@ def lumen_engine_num_threads(engine):
     (num_threads = 0 resolved to the hardware's count).
     """
     return _capi.lumen_engine_num_threads(engine)
+class lumen_reservation(object):
+    r"""
+    The largest layer calls lumen_engine_reserve makes an engine ready for. Fill with
+    lumen_reservation_init. Added after 0.1.0 (struct_size tells which fields a caller has).
+    """
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    max_sessions = property(_capi.lumen_reservation_max_sessions_get, _capi.lumen_reservation_max_sessions_set)
+    max_tokens = property(_capi.lumen_reservation_max_tokens_get, _capi.lumen_reservation_max_tokens_set)
+
+    def __init__(self):
+        _capi.lumen_reservation_swiginit(self, _capi.new_lumen_reservation())
+    __swig_destroy__ = _capi.delete_lumen_reservation
+
+# Register lumen_reservation in _capi:
+_capi.lumen_reservation_swigregister(lumen_reservation)
+
+def lumen_reservation_init(reservation):
+    r""" Fills *reservation with defaults (one session, one token). Added after 0.1.0."""
+    return _capi.lumen_reservation_init(reservation)
+
+def lumen_engine_reserve(engine, reservation):
+    r"""
+    Makes the engine ready, now, for every layer call of at most reservation->max_sessions
+    sessions and reservation->max_tokens tokens: any layer of the model, step or prefill,
+    every input and output dtype, buffers in device memory. Added after 0.1.0.
+
+    GPU engines: grows the engine's device scratch (see "GPU engines") to what the largest such
+    call needs, so that afterwards no call within the reservation whose buffers are all
+    LUMEN_MEMORY_DEVICE allocates or synchronizes, also while its stream is being captured
+    into a CUDA graph. Growing waits for the engine's earlier asynchronous calls that use the
+    scratch (an input error of theirs is not reported here). The scratch never shrinks while
+    the engine lives: reserving less than it holds changes nothing. Calls with host buffers
+    copy through the scratch too and may still grow it; they synchronize anyway.
+
+    CPU engine: checks the arguments and changes nothing (its layer calls keep their scratch
+    in host memory and need no reservation).
+
+    Returns LUMEN_ERROR_INVALID_ARGUMENT for a NULL reservation, a bad struct_size, max_sessions
+    or max_tokens below 1, or max_sessions above 2^20 (1048576); LUMEN_ERROR_OUT_OF_MEMORY,
+    with the bytes asked for, when the device cannot hold the scratch (the engine may then hold
+    none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU
+    runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal).
+    Sizing takes time in proportion to max_sessions for each distinct layer shape. Thread-safe:
+    other threads may use the engine meanwhile (their calls wait for it).
+    """
+    return _capi.lumen_engine_reserve(engine, reservation)
+
+def lumen_engine_scratch_bytes(engine):
+    r"""
+    Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve
+    and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;
+    outgrown buffers that captured graphs may still use are not counted). A call that needs
+    no more than this grows nothing. Always 0 for the CPU backend. Thread-safe. Added after
+    0.1.0.
+    """
+    return _capi.lumen_engine_scratch_bytes(engine)
 
 def lumen_session_create(engine):
     r"""
@@ -417,7 +475,9 @@ def lumen_session_tokens(session, layer):
     at most 2^62 tokens (4611686018427387904; at a billion tokens a second, 146 years): a
     layer call that would take a session's layer past it fails with
     LUMEN_ERROR_INVALID_ARGUMENT before anything changes (reset or restore the session to go
-    on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT.
+    on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT. On GPU
+    engines the count includes the calls over device buffers enqueued so far; those that fail
+    their input check are taken back out when the error is reported (see "GPU engines").
     """
     return _capi.lumen_session_tokens(session, layer)
 

@@ -2997,22 +2997,23 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 #define SWIGTYPE_p_lumen_model swig_types[15]
 #define SWIGTYPE_p_lumen_model_builder swig_types[16]
 #define SWIGTYPE_p_lumen_param swig_types[17]
-#define SWIGTYPE_p_lumen_session swig_types[18]
-#define SWIGTYPE_p_lumen_snapshot_options swig_types[19]
-#define SWIGTYPE_p_lumen_state_part swig_types[20]
-#define SWIGTYPE_p_lumen_status swig_types[21]
-#define SWIGTYPE_p_p_lumen_engine swig_types[22]
-#define SWIGTYPE_p_p_lumen_model swig_types[23]
-#define SWIGTYPE_p_p_lumen_model_builder swig_types[24]
-#define SWIGTYPE_p_p_lumen_session swig_types[25]
-#define SWIGTYPE_p_short swig_types[26]
-#define SWIGTYPE_p_signed_char swig_types[27]
-#define SWIGTYPE_p_unsigned_char swig_types[28]
-#define SWIGTYPE_p_unsigned_int swig_types[29]
-#define SWIGTYPE_p_unsigned_long_long swig_types[30]
-#define SWIGTYPE_p_unsigned_short swig_types[31]
-static swig_type_info *swig_types[33];
-static swig_module_info swig_module = {swig_types, 32, 0, 0, 0, 0};
+#define SWIGTYPE_p_lumen_reservation swig_types[18]
+#define SWIGTYPE_p_lumen_session swig_types[19]
+#define SWIGTYPE_p_lumen_snapshot_options swig_types[20]
+#define SWIGTYPE_p_lumen_state_part swig_types[21]
+#define SWIGTYPE_p_lumen_status swig_types[22]
+#define SWIGTYPE_p_p_lumen_engine swig_types[23]
+#define SWIGTYPE_p_p_lumen_model swig_types[24]
+#define SWIGTYPE_p_p_lumen_model_builder swig_types[25]
+#define SWIGTYPE_p_p_lumen_session swig_types[26]
+#define SWIGTYPE_p_short swig_types[27]
+#define SWIGTYPE_p_signed_char swig_types[28]
+#define SWIGTYPE_p_unsigned_char swig_types[29]
+#define SWIGTYPE_p_unsigned_int swig_types[30]
+#define SWIGTYPE_p_unsigned_long_long swig_types[31]
+#define SWIGTYPE_p_unsigned_short swig_types[32]
+static swig_type_info *swig_types[34];
+static swig_module_info swig_module = {swig_types, 33, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -3521,6 +3522,12 @@ SWIGINTERN struct lumen_engine_options *new_lumen_engine_options(void){
     return options;
   }
 SWIGINTERN void delete_lumen_engine_options(struct lumen_engine_options *self){ free(self); }
+SWIGINTERN struct lumen_reservation *new_lumen_reservation(void){
+    lumen_reservation* options = (lumen_reservation*)calloc(1, sizeof(lumen_reservation));
+    if (options) lumen_reservation_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_reservation(struct lumen_reservation *self){ free(self); }
 
 #ifdef SWIG_LONG_LONG_AVAILABLE
 SWIGINTERNINLINE PyObject* 
@@ -5718,6 +5725,290 @@ SWIGINTERN PyObject *_wrap_lumen_engine_num_threads(PyObject *self, PyObject *ar
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (lumen_status)lumen_engine_num_threads((struct lumen_engine const *)arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)temp2));
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_reservation_max_sessions_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_reservation_max_sessions_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_reservation, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_reservation_max_sessions_set" "', argument " "1"" of type '" "struct lumen_reservation *""'"); 
+  }
+  arg1 = (struct lumen_reservation *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_reservation_max_sessions_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->max_sessions = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_reservation_max_sessions_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_reservation, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_reservation_max_sessions_get" "', argument " "1"" of type '" "struct lumen_reservation *""'"); 
+  }
+  arg1 = (struct lumen_reservation *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->max_sessions);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_reservation_max_tokens_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_reservation_max_tokens_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_reservation, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_reservation_max_tokens_set" "', argument " "1"" of type '" "struct lumen_reservation *""'"); 
+  }
+  arg1 = (struct lumen_reservation *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_reservation_max_tokens_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->max_tokens = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_reservation_max_tokens_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_reservation, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_reservation_max_tokens_get" "', argument " "1"" of type '" "struct lumen_reservation *""'"); 
+  }
+  arg1 = (struct lumen_reservation *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->max_tokens);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_lumen_reservation(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_reservation *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_lumen_reservation", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct lumen_reservation *)new_lumen_reservation();
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_lumen_reservation, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_lumen_reservation(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_reservation *arg1 = (struct lumen_reservation *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_reservation, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_lumen_reservation" "', argument " "1"" of type '" "struct lumen_reservation *""'"); 
+  }
+  arg1 = (struct lumen_reservation *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    delete_lumen_reservation(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *lumen_reservation_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_lumen_reservation, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *lumen_reservation_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_lumen_reservation_init(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_reservation *arg1 = (lumen_reservation *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_reservation, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_reservation_init" "', argument " "1"" of type '" "lumen_reservation *""'"); 
+  }
+  arg1 = (lumen_reservation *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    lumen_reservation_init(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_engine_reserve(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  lumen_reservation *arg2 = (lumen_reservation *) 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  PyObject *swig_obj[2] ;
+  lumen_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_engine_reserve", 2, 2, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_engine *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_lumen_reservation, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "lumen_engine_reserve" "', argument " "2"" of type '" "lumen_reservation const *""'"); 
+  }
+  arg2 = (lumen_reservation *)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_engine_reserve(arg1,(struct lumen_reservation const *)arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_engine_scratch_bytes(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t temp2 ;
+  PyObject *swig_obj[1] ;
+  lumen_status result;
+  
+  {
+    memset(&temp2, 0, sizeof temp2);
+    arg2 = &temp2;
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_engine *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_engine_scratch_bytes((struct lumen_engine const *)arg1,arg2);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   {
@@ -8187,6 +8478,46 @@ static PyMethodDef SwigMethods[] = {
 		"Writes the number of threads the engine's layer calls use, the caller's included, to *out\n"
 		"(num_threads = 0 resolved to the hardware's count).\n"
 		""},
+	 { "lumen_reservation_max_sessions_set", _wrap_lumen_reservation_max_sessions_set, METH_VARARGS, NULL},
+	 { "lumen_reservation_max_sessions_get", _wrap_lumen_reservation_max_sessions_get, METH_O, NULL},
+	 { "lumen_reservation_max_tokens_set", _wrap_lumen_reservation_max_tokens_set, METH_VARARGS, NULL},
+	 { "lumen_reservation_max_tokens_get", _wrap_lumen_reservation_max_tokens_get, METH_O, NULL},
+	 { "new_lumen_reservation", _wrap_new_lumen_reservation, METH_NOARGS, NULL},
+	 { "delete_lumen_reservation", _wrap_delete_lumen_reservation, METH_O, NULL},
+	 { "lumen_reservation_swigregister", lumen_reservation_swigregister, METH_O, NULL},
+	 { "lumen_reservation_swiginit", lumen_reservation_swiginit, METH_VARARGS, NULL},
+	 { "lumen_reservation_init", _wrap_lumen_reservation_init, METH_O, " Fills *reservation with defaults (one session, one token). Added after 0.1.0."},
+	 { "lumen_engine_reserve", _wrap_lumen_engine_reserve, METH_VARARGS, "\n"
+		"Makes the engine ready, now, for every layer call of at most reservation->max_sessions\n"
+		"sessions and reservation->max_tokens tokens: any layer of the model, step or prefill,\n"
+		"every input and output dtype, buffers in device memory. Added after 0.1.0.\n"
+		"\n"
+		"GPU engines: grows the engine's device scratch (see \"GPU engines\") to what the largest such\n"
+		"call needs, so that afterwards no call within the reservation whose buffers are all\n"
+		"LUMEN_MEMORY_DEVICE allocates or synchronizes, also while its stream is being captured\n"
+		"into a CUDA graph. Growing waits for the engine's earlier asynchronous calls that use the\n"
+		"scratch (an input error of theirs is not reported here). The scratch never shrinks while\n"
+		"the engine lives: reserving less than it holds changes nothing. Calls with host buffers\n"
+		"copy through the scratch too and may still grow it; they synchronize anyway.\n"
+		"\n"
+		"CPU engine: checks the arguments and changes nothing (its layer calls keep their scratch\n"
+		"in host memory and need no reservation).\n"
+		"\n"
+		"Returns LUMEN_ERROR_INVALID_ARGUMENT for a NULL reservation, a bad struct_size, max_sessions\n"
+		"or max_tokens below 1, or max_sessions above 2^20 (1048576); LUMEN_ERROR_OUT_OF_MEMORY,\n"
+		"with the bytes asked for, when the device cannot hold the scratch (the engine may then hold\n"
+		"none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU\n"
+		"runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal).\n"
+		"Sizing takes time in proportion to max_sessions for each distinct layer shape. Thread-safe:\n"
+		"other threads may use the engine meanwhile (their calls wait for it).\n"
+		""},
+	 { "lumen_engine_scratch_bytes", _wrap_lumen_engine_scratch_bytes, METH_O, "\n"
+		"Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve\n"
+		"and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;\n"
+		"outgrown buffers that captured graphs may still use are not counted). A call that needs\n"
+		"no more than this grows nothing. Always 0 for the CPU backend. Thread-safe. Added after\n"
+		"0.1.0.\n"
+		""},
 	 { "lumen_session_create", _wrap_lumen_session_create, METH_O, "\n"
 		"Creates a session of the engine's model with every state zero and every token count 0.\n"
 		"The session keeps a reference to the engine. Free with lumen_session_destroy.\n"
@@ -8203,7 +8534,9 @@ static PyMethodDef SwigMethods[] = {
 		"at most 2^62 tokens (4611686018427387904; at a billion tokens a second, 146 years): a\n"
 		"layer call that would take a session's layer past it fails with\n"
 		"LUMEN_ERROR_INVALID_ARGUMENT before anything changes (reset or restore the session to go\n"
-		"on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT.\n"
+		"on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT. On GPU\n"
+		"engines the count includes the calls over device buffers enqueued so far; those that fail\n"
+		"their input check are taken back out when the error is reported (see \"GPU engines\").\n"
 		""},
 	 { "lumen_session_read_state", _wrap_lumen_session_read_state, METH_VARARGS, "\n"
 		"Copies one part (lumen_state_part) of layer `layer`'s state into out[0..count), fp32,\n"
@@ -8369,6 +8702,7 @@ static swig_type_info _swigt__p_lumen_memory = {"_p_lumen_memory", "lumen_memory
 static swig_type_info _swigt__p_lumen_model = {"_p_lumen_model", "lumen_model *|struct lumen_model *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_model_builder = {"_p_lumen_model_builder", "lumen_model_builder *|struct lumen_model_builder *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_param = {"_p_lumen_param", "lumen_param *|enum lumen_param *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_lumen_reservation = {"_p_lumen_reservation", "lumen_reservation *|struct lumen_reservation *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_session = {"_p_lumen_session", "lumen_session *|struct lumen_session *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_snapshot_options = {"_p_lumen_snapshot_options", "lumen_snapshot_options *|struct lumen_snapshot_options *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_state_part = {"_p_lumen_state_part", "lumen_state_part *|enum lumen_state_part *", 0, 0, (void*)0, 0};
@@ -8403,6 +8737,7 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_lumen_model,
   &_swigt__p_lumen_model_builder,
   &_swigt__p_lumen_param,
+  &_swigt__p_lumen_reservation,
   &_swigt__p_lumen_session,
   &_swigt__p_lumen_snapshot_options,
   &_swigt__p_lumen_state_part,
@@ -8437,6 +8772,7 @@ static swig_cast_info _swigc__p_lumen_memory[] = {  {&_swigt__p_lumen_memory, 0,
 static swig_cast_info _swigc__p_lumen_model[] = {  {&_swigt__p_lumen_model, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_model_builder[] = {  {&_swigt__p_lumen_model_builder, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_param[] = {  {&_swigt__p_lumen_param, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_lumen_reservation[] = {  {&_swigt__p_lumen_reservation, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_session[] = {  {&_swigt__p_lumen_session, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_snapshot_options[] = {  {&_swigt__p_lumen_snapshot_options, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_state_part[] = {  {&_swigt__p_lumen_state_part, 0, 0, 0},{0, 0, 0, 0}};
@@ -8471,6 +8807,7 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_lumen_model,
   _swigc__p_lumen_model_builder,
   _swigc__p_lumen_param,
+  _swigc__p_lumen_reservation,
   _swigc__p_lumen_session,
   _swigc__p_lumen_snapshot_options,
   _swigc__p_lumen_state_part,

@@ -28,6 +28,7 @@ import org.lumen.capi.LayerOptions;
 import org.lumen.capi.LumenDtype;
 import org.lumen.capi.LumenFamily;
 import org.lumen.capi.LumenStatePart;
+import org.lumen.capi.Reservation;
 import org.lumen.capi.LumenStatus;
 
 /** The Java binding against lumen.h's contract (the header path is the lumen.header property). */
@@ -284,6 +285,24 @@ class LumenTest {
     closed.close();
     closed.close();
     assertThrows(IllegalStateException.class, () -> closed.tokens(0));
+  }
+
+  @Test
+  void reservingScratchChecksItsArguments() {
+    // The CPU backend holds no device scratch: a valid reservation changes nothing.
+    Reservation reservation = new Reservation();
+    reservation.setMaxSessions(8);
+    reservation.setMaxTokens(4096);
+    engine.reserve(reservation);
+    assertEquals(0, engine.scratchBytes());
+    int[][] bad = {{0, 1}, {1, 0}, {-3, 5}, {(1 << 20) + 1, 1}};
+    for (int[] counts : bad) {
+      reservation.setMaxSessions(counts[0]);
+      reservation.setMaxTokens(counts[1]);
+      LumenException error = assertThrows(LumenException.class, () -> engine.reserve(reservation));
+      assertEquals(LumenStatus.INVALID_ARGUMENT, error.status());
+      assertTrue(error.getMessage().contains("max_sessions"), error.getMessage());
+    }
   }
 
   static long residentBytes() throws Exception {

@@ -271,6 +271,56 @@ public class Capi implements CapiConstants {
   }
 
   /**
+   *  Fills *reservation with defaults (one session, one token). Added after 0.1.0. 
+   */
+  public static void lumen_reservation_init(Reservation reservation) {
+    CapiJNI.lumen_reservation_init(Reservation.getCPtr(reservation), reservation);
+  }
+
+  /**
+   * Makes the engine ready, now, for every layer call of at most reservation-&gt;max_sessions<br>
+   * sessions and reservation-&gt;max_tokens tokens: any layer of the model, step or prefill,<br>
+   * every input and output dtype, buffers in device memory. Added after 0.1.0.<br>
+   * <br>
+   * GPU engines: grows the engine's device scratch (see "GPU engines") to what the largest such<br>
+   * call needs, so that afterwards no call within the reservation whose buffers are all<br>
+   * LUMEN_MEMORY_DEVICE allocates or synchronizes, also while its stream is being captured<br>
+   * into a CUDA graph. Growing waits for the engine's earlier asynchronous calls that use the<br>
+   * scratch (an input error of theirs is not reported here). The scratch never shrinks while<br>
+   * the engine lives: reserving less than it holds changes nothing. Calls with host buffers<br>
+   * copy through the scratch too and may still grow it; they synchronize anyway.<br>
+   * <br>
+   * CPU engine: checks the arguments and changes nothing (its layer calls keep their scratch<br>
+   * in host memory and need no reservation).<br>
+   * <br>
+   * Returns LUMEN_ERROR_INVALID_ARGUMENT for a NULL reservation, a bad struct_size, max_sessions<br>
+   * or max_tokens below 1, or max_sessions above 2^20 (1048576); LUMEN_ERROR_OUT_OF_MEMORY,<br>
+   * with the bytes asked for, when the device cannot hold the scratch (the engine may then hold<br>
+   * none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU<br>
+   * runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal).<br>
+   * Sizing takes time in proportion to max_sessions for each distinct layer shape. Thread-safe:<br>
+   * other threads may use the engine meanwhile (their calls wait for it).
+   */
+  public static int lumen_engine_reserve(long engine, Reservation reservation) {
+    int status = CapiJNI.lumen_engine_reserve(engine, Reservation.getCPtr(reservation), reservation);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve<br>
+   * and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;<br>
+   * outgrown buffers that captured graphs may still use are not counted). A call that needs<br>
+   * no more than this grows nothing. Always 0 for the CPU backend. Thread-safe. Added after<br>
+   * 0.1.0.
+   */
+  public static int lumen_engine_scratch_bytes(long engine, long[] out) {
+    int status = CapiJNI.lumen_engine_scratch_bytes(engine, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
    * Creates a session of the engine's model with every state zero and every token count 0.<br>
    * The session keeps a reference to the engine. Free with lumen_session_destroy.
    */
@@ -320,7 +370,9 @@ public class Capi implements CapiConstants {
    * at most 2^62 tokens (4611686018427387904; at a billion tokens a second, 146 years): a<br>
    * layer call that would take a session's layer past it fails with<br>
    * LUMEN_ERROR_INVALID_ARGUMENT before anything changes (reset or restore the session to go<br>
-   * on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT.
+   * on), and a snapshot whose token count exceeds it is LUMEN_ERROR_CORRUPT_SNAPSHOT. On GPU<br>
+   * engines the count includes the calls over device buffers enqueued so far; those that fail<br>
+   * their input check are taken back out when the error is reported (see "GPU engines").
    */
   public static int lumen_session_tokens(long session, int layer, long[] out) {
     int status = CapiJNI.lumen_session_tokens(session, layer, out);

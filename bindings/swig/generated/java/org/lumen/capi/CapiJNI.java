@@ -80,6 +80,15 @@ public class CapiJNI {
   public final static native void lumen_engine_destroy(long jarg1);
   public final static native int lumen_engine_backend(long jarg1, int[] jarg2);
   public final static native int lumen_engine_num_threads(long jarg1, int[] jarg2);
+  public final static native void Reservation_maxSessions_set(long jarg1, Reservation jarg1_, int jarg2);
+  public final static native int Reservation_maxSessions_get(long jarg1, Reservation jarg1_);
+  public final static native void Reservation_maxTokens_set(long jarg1, Reservation jarg1_, int jarg2);
+  public final static native int Reservation_maxTokens_get(long jarg1, Reservation jarg1_);
+  public final static native long new_Reservation();
+  public final static native void delete_Reservation(long jarg1);
+  public final static native void lumen_reservation_init(long jarg1, Reservation jarg1_);
+  public final static native int lumen_engine_reserve(long jarg1, long jarg2, Reservation jarg2_);
+  public final static native int lumen_engine_scratch_bytes(long jarg1, long[] jarg2);
   public final static native int lumen_session_create(long jarg1, long[] jarg2);
   public final static native void lumen_session_destroy(long jarg1);
   public final static native int lumen_session_fork(long jarg1, long[] jarg2);
