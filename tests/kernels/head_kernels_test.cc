@@ -396,8 +396,8 @@ TEST_CASE("Log-decays down to -40 per token keep whole chunks and precision",
       config.rule.gate = gate;
       config.rule.delta = delta;
       config.decay = Decay::kExtreme;
-      for (int32_t t_count : {64, 200, 256}) {
-        for (auto [key_dim, value_dim] : {std::pair<int32_t, int32_t>{19, 8}, {128, 128}}) {
+      for (int32_t t_count : {64, 200}) {
+        for (auto [key_dim, value_dim] : {std::pair<int32_t, int32_t>{19, 8}, {128, 32}}) {
           const Problem p = MakeProblem(config, t_count, key_dim, value_dim, rng);
           INFO((gate == GateKind::kScalar ? "scalar" : "vector")
                << (delta ? "/delta" : "/additive") << " T=" << t_count << " K=" << key_dim);

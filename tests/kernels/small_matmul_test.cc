@@ -75,7 +75,7 @@ void CheckShape() {
   const int32_t sizes[] = {1, 7, 19, 33, 130};
   for (int32_t m : sizes) {
     for (int32_t n : sizes) {
-      for (int32_t p : {1, 19, 128, 129, 257}) {
+      for (int32_t p : {1, 19, 129}) {  // 129: two panels
         for (Landing landing : {Landing::kAdd, Landing::kOverwrite, Landing::kScaleAdd}) {
           const Operands o = MakeOperands(m, n, p, false, rng);
           std::vector<float> c = o.c;
