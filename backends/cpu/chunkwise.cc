@@ -2,11 +2,29 @@
 // on each other and K x V products for the state they start from, as fla's chunk kernels do.
 // The delta rule solves its chunk in the UT (WY) form: (I + A) U = diag(beta) (V - Kh S0).
 //
-// Notation inside a chunk (tokens t = 1..C, starting state S0, normalizer z0):
-//   b_t  = g_1 + ... + g_t      cumulative log-decay per key channel (<= 0)
-//   b'_t = b_t - b_1            the same without the first token's own decay
-//   Q~ = Q ⊙ exp(b'), K- = K ⊙ exp(-b'), so (Q~ K-^T)[t, s] = sum_i q_t k_s exp(b_t - b_s)
-//   Qh = Q ⊙ exp(b), Kh = K ⊙ exp(b): reads of S0 decayed up to token t
+// Notation inside a chunk (tokens t = 0..C-1, starting state S0, normalizer z0):
+//   e_t = exp(g_t)                     token t's decay, per key channel or one per token
+//   F[t, s] = e_{s+1} ... e_t (s <= t)  decay from token s's write to token t's read
+//   a_t = e_0 ... e_t, z_s = e_{s+1} ... e_{C-1}   decays from the chunk start, to its end
+//   P[t, s] = sum_i q_ti k_si F_i[t, s] (s <= t), A[t, s] = beta_t sum_i k_ti k_si F_i[t, s]
+//   Qh = Q ⊙ a, Kh = K ⊙ a: reads of S0 decayed up to token t
+//   O = Qh S0 + P U, S_C = diag(a_{C-1}) S0 + (K ⊙ z)^T U
+// Every decay is a product of factors e <= 1, never a quotient, so chunks are always C long:
+// a difference of cumulative log-decays exp(b_t - b_s) loses fp32's relative precision when
+// |b| is large (b's rounding error grows with |b|), and a split exp(b_t) exp(-b_s) leaves
+// fp32's range.
+//   - No gate or one gate per token: P = tril(Q K^T) ⊙ F, the decay applied after the product.
+//   - Per-channel gates (gla, kda): F differs by channel, so it must be inside the product.
+//     The chunk is cut into sub-chunks (the longest of 64, 32 or 16 tokens whose every
+//     sub-chunk keeps its decay above kMinSplitFactor, else 16); rows of sub-chunk j are scaled
+//     against its first token r (q_t F[t, r] <= 1), columns s before it by F[r, s] <= 1, and
+//     their product is then exactly q_t k_s F[t, s]. Inside a sub-chunk the columns are
+//     k_s / F[s, r] >= 1, which stays finite while the sub-chunk's decay is above
+//     kMinSplitFactor in every channel; a sub-chunk whose decay is stronger (average log-decay
+//     below -4 per token in some channel) gets each of its terms with its own product of e.
+// Decay factors below kNegligibleFactor are taken as 0, so no factor is ever denormal (a
+// denormal operand slows multiplies on x86 by two orders of magnitude): a term that small is
+// far below the rounding of the terms beside it (the diagonal term has factor 1).
 
 #include <algorithm>
 #include <cmath>
@@ -15,39 +33,46 @@
 #include "backends/cpu/head_kernels.h"
 #include "backends/cpu/kernel_targets.h"
 #include "backends/cpu/small_matmul.h"
+#include "backends/cpu/transpose.h"
 #include "backends/cpu/vector_math.h"
 
 namespace lumen::cpu {
 namespace {
 
-// A chunk ends before the token whose b' falls below -kMaxChunkLogDecay in any channel.
-// The split Q~ K-^T factors exp(b_t - b_s) into exp(b'_t) * exp(-b'_s); with |b'| <= 60,
-// exp(-b') <= 1.2e26 stays far from fp32 overflow (3.4e38) and exp(b') >= 8.8e-27 far from
-// denormals (1.2e-38), so every product q exp(b') * k exp(-b') keeps fp32 relative precision
-// for inputs of any sane magnitude, and entries above the diagonal (at most q k exp(60)) stay
-// finite too. Strong decays only shorten chunks; the recurrence is the same for any split.
-// b' (not b) is bounded so one token with a huge decay, such as -100, cannot push everything
-// after it out of range: its own factor exp(g_1) multiplies S0 only. The bound is wide so
-// that per-channel gates with strong heads (kda's -exp(A_log) dt reaches -1.6 per token)
-// still get chunks of 40 tokens or more.
-constexpr float kMaxChunkLogDecay = 60.0f;
+constexpr float kNegligibleFactor = 1e-30f;
+// e^-60: columns k_s / F[s, r] <= 1.2e26 stay far from fp32 overflow (3.4e38) and the rows'
+// q_t F[t, r] >= 8.8e-27 far from denormals, for inputs of any sane magnitude.
+constexpr float kMinSplitFactor = 8.8e-27f;
+// Shortest sub-chunk of a per-channel gate: one 16-float vector of columns. Longer ones
+// (kChunkSize / 2, kChunkSize) are taken where every sub-chunk's decay allows the split
+// inside it: fewer, larger products and fewer scaled copies of the columns.
+constexpr int32_t kSubChunk = 16;
 
-// Views into ChunkWorkspace::buffer; C = kChunkSize rows are reserved, the first
-// `length` used. Matrices indexed by token use the chunk's length as leading dimension.
+inline float Negligible(float factor) { return factor < kNegligibleFactor ? 0.0f : factor; }
+
+// Views into ChunkWorkspace::buffer; C = kChunkSize rows are reserved, the first `length`
+// used. Matrices indexed by token use the chunk's length as leading dimension.
 struct ChunkScratch {
-  float* log_decay;    // [C, G] b'_t; G = K for a vector gate, 1 for a scalar gate
-  float* first_decay;  // [K] exp(g_1), the first token's decay, kept out of b'
-  float* factor;       // [K] one row of decay factors
-  float* q_tilde;      // [C, K] Q ⊙ exp(b')
-  float* k_minus_t;    // [K, C] (K ⊙ exp(-b'))^T, so P and A are matrix products
-  float* q_hat;        // [C, K] Q ⊙ exp(b)
-  float* k_plus;       // [C, K] K ⊙ exp(b'), delta rule
-  float* k_hat;        // [C, K] K ⊙ exp(b), delta rule
-  float* k_end_t;      // [K, C] (K ⊙ exp(b_C - b))^T: each write decayed to the chunk end
-  float* scores;       // [C, C] P = tril(Q~ K-^T), diagonal included
-  float* transform;    // [C, C] K+ K-^T, then row by row -A, A = strict_tril(diag(beta)
-                       // K+ K-^T), delta rule
-  float* values;       // [C, V] U for the delta rule (additive writes read V in place)
+  float* q;           // [C, K] the chunk's q rows, contiguous
+  float* k;           // [C, K] its k rows
+  float* k_t;         // [K, C] K^T
+  float* decay;       // [C, G] e_t; G = K for a vector gate, 1 for a scalar gate
+  float* from_start;  // [C, G] a_t
+  float* to_end;      // [C, G] z_t
+  float* q_hat;       // [C, K] Qh
+  float* k_hat;       // [C, K] Kh, delta rule
+  float* k_end_t;     // [K, C] (K ⊙ z)^T
+  float* local;       // [C, K] vector gate: F[t, r] for t in the sub-chunk that starts at r
+  float* tail;        // [C, K] vector gate: F[last, s] for s in the sub-chunk that ends at last
+  float* rows;        // [C, K] vector gate: one sub-chunk's q rows times F[t, r]
+  float* rows_k;      // [C, K] the same for k, delta rule
+  float* columns;     // [C, K] vector gate: k rows scaled against one sub-chunk's start
+  float* columns_t;   // [K, C] their transpose
+  float* factor;      // [K] one row of decay factors
+  float* running;     // [K] another, or [C] a row of F for a scalar gate
+  float* scores;      // [C, C] P, zero above the diagonal
+  float* transform;   // [C, C] K K^T ⊙ F, then row by row -A (strictly lower), delta rule
+  float* values;      // [C, V] U for the delta rule (additive writes read V in place)
 };
 
 int32_t GateWidth(GateKind gate, int32_t key_dim) {
@@ -61,8 +86,9 @@ int32_t GateWidth(GateKind gate, int32_t key_dim) {
 
 ChunkScratch CarveScratch(int32_t key_dim, int32_t value_dim, ChunkWorkspace* workspace) {
   const int64_t c = kChunkSize;
-  const int64_t k = key_dim;
-  const int64_t needed = c * k + 2 * k + 6 * c * k + 2 * c * c + c * value_dim;
+  const int64_t k = std::max(key_dim, 1);
+  const int64_t needed =
+      15 * c * k + 2 * std::max(c, k) + 2 * c * c + c * value_dim;
   if (static_cast<int64_t>(workspace->buffer.size()) < needed) {
     workspace->buffer.resize(needed);
   }
@@ -73,122 +99,287 @@ ChunkScratch CarveScratch(int32_t key_dim, int32_t value_dim, ChunkWorkspace* wo
     return view;
   };
   ChunkScratch s;
-  s.log_decay = take(c * k);
-  s.first_decay = take(k);
-  s.factor = take(k);
-  s.q_tilde = take(c * k);
-  s.k_minus_t = take(c * k);
+  s.q = take(c * k);
+  s.k = take(c * k);
+  s.k_t = take(c * k);
+  s.decay = take(c * k);
+  s.from_start = take(c * k);
+  s.to_end = take(c * k);
   s.q_hat = take(c * k);
-  s.k_plus = take(c * k);
   s.k_hat = take(c * k);
   s.k_end_t = take(c * k);
+  s.local = take(c * k);
+  s.tail = take(c * k);
+  s.rows = take(c * k);
+  s.rows_k = take(c * k);
+  s.columns = take(c * k);
+  s.columns_t = take(c * k);
+  s.factor = take(std::max(c, k));
+  s.running = take(std::max(c, k));
   s.scores = take(c * c);
   s.transform = take(c * c);
   s.values = take(c * value_dim);
   return s;
 }
 
-// out[i] = exp(to[i] - from[i]) over the gate's channels, broadcast to K; from may be null
-// (read as 0). No gate: all ones.
-void DecayFactors(GateKind gate, int32_t key_dim, const float* from, const float* to,
-                  float* out) {
-  switch (gate) {
-    case GateKind::kNone:
-      std::fill(out, out + key_dim, 1.0f);
-      break;
-    case GateKind::kScalar:
-      std::fill(out, out + key_dim, std::exp(to[0] - (from ? from[0] : 0.0f)));
-      break;
-    case GateKind::kVector:
-      if (from == nullptr) {
-#pragma omp simd
-        for (int32_t i = 0; i < key_dim; ++i) out[i] = VectorExp(to[i]);
-      } else {
-#pragma omp simd
-        for (int32_t i = 0; i < key_dim; ++i) out[i] = VectorExp(to[i] - from[i]);
-      }
-      break;
+// Step 1: the chunk's q and k rows, contiguous, and K^T.
+void LoadChunk(const HeadSequence& seq, int32_t start, int32_t length, const ChunkScratch& s) {
+  const int32_t key_dim = seq.key_dim;
+  for (int32_t t = 0; t < length; ++t) {
+    std::copy_n(seq.q + (start + t) * seq.q_stride, key_dim, s.q + t * key_dim);
+    std::copy_n(seq.k + (start + t) * seq.k_stride, key_dim, s.k + t * key_dim);
   }
+  Transpose(length, key_dim, s.k, key_dim, s.k_t, length);
 }
 
-// Step 1: the chunk's length and b'. Stops before the first token whose b' would leave
-// [-kMaxChunkLogDecay, 0] in some channel; the first token always belongs to the chunk.
-int32_t MeasureChunk(GateKind gate, const HeadSequence& seq, int32_t start,
-                     const ChunkScratch& s) {
-  const int32_t max_length = std::min(kChunkSize, seq.num_tokens - start);
-  const int32_t width = GateWidth(gate, seq.key_dim);
-  if (width == 0) {
-    DecayFactors(gate, seq.key_dim, nullptr, nullptr, s.first_decay);
-    return max_length;
-  }
-  const float* g = seq.g + start * seq.g_stride;
-  DecayFactors(gate, seq.key_dim, nullptr, g, s.first_decay);
-  std::fill(s.log_decay, s.log_decay + width, 0.0f);
-  int32_t length = 1;
-  for (; length < max_length; ++length) {
-    const float* g_t = g + length * seq.g_stride;
-    const float* prev = s.log_decay + (length - 1) * width;
-    float* row = s.log_decay + length * width;
-    float lowest = 0.0f;
-    for (int32_t i = 0; i < width; ++i) {
-      row[i] = prev[i] + g_t[i];
-      lowest = std::min(lowest, row[i]);
-    }
-    if (lowest < -kMaxChunkLogDecay) break;
-  }
-  return length;
-}
-
-// Step 2: the decayed copies of Q and K the products below read.
-void ScaleInputs(const HeadRule& rule, const HeadSequence& seq, int32_t start,
-                 int32_t length, const ChunkScratch& s) {
+// Step 2: e, a and z, then Qh, Kh and (K ⊙ z)^T. No gate: Qh = Q, Kh = K, (K ⊙ z)^T = K^T,
+// read where they are.
+void ScaleChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, int32_t length,
+                const ChunkScratch& s) {
   const int32_t key_dim = seq.key_dim;
   const int32_t width = GateWidth(rule.gate, key_dim);
-  const float* last_log = s.log_decay + (length - 1) * width;
+  if (width == 0) return;
   for (int32_t t = 0; t < length; ++t) {
-    const float* q = seq.q + (start + t) * seq.q_stride;
-    const float* k = seq.k + (start + t) * seq.k_stride;
-    const float* log_t = s.log_decay + t * width;
+    const float* g = seq.g + (start + t) * seq.g_stride;
+    float* e = s.decay + t * width;
+#pragma omp simd
+    for (int32_t i = 0; i < width; ++i) e[i] = Negligible(VectorExp(g[i]));
+  }
+  std::copy_n(s.decay, width, s.from_start);
+  for (int32_t t = 1; t < length; ++t) {
+    const float* prev = s.from_start + (t - 1) * width;
+    const float* e = s.decay + t * width;
+    float* a = s.from_start + t * width;
+#pragma omp simd
+    for (int32_t i = 0; i < width; ++i) a[i] = Negligible(prev[i] * e[i]);
+  }
+  std::fill_n(s.to_end + (length - 1) * width, width, 1.0f);
+  for (int32_t t = length - 2; t >= 0; --t) {
+    const float* next = s.to_end + (t + 1) * width;
+    const float* e = s.decay + (t + 1) * width;
+    float* z = s.to_end + t * width;
+#pragma omp simd
+    for (int32_t i = 0; i < width; ++i) z[i] = Negligible(next[i] * e[i]);
+  }
+  for (int32_t t = 0; t < length; ++t) {
     const int64_t row = static_cast<int64_t>(t) * key_dim;
-    const float* first = s.first_decay;
-    float* f = s.factor;
-    DecayFactors(rule.gate, key_dim, nullptr, log_t, f);  // exp(b'_t)
-    float* q_tilde = s.q_tilde + row;
+    const float* a = s.from_start + t * width;
+    const float* q = s.q + row;
+    const float* k = s.k + row;
     float* q_hat = s.q_hat + row;
+    float* k_hat = s.k_hat + row;
+    if (width == 1) {
 #pragma omp simd
-    for (int32_t i = 0; i < key_dim; ++i) {
-      q_tilde[i] = q[i] * f[i];
-      q_hat[i] = q_tilde[i] * first[i];
-    }
-    if (rule.gate == GateKind::kVector) {
-      for (int32_t i = 0; i < key_dim; ++i) s.k_minus_t[i * length + t] = k[i] / f[i];
-    } else {  // one factor for every channel: divide once
-      const float inverse = 1.0f / f[0];
-      for (int32_t i = 0; i < key_dim; ++i) s.k_minus_t[i * length + t] = k[i] * inverse;
-    }
-    if (rule.delta) {
-      float* k_plus = s.k_plus + row;
-      float* k_hat = s.k_hat + row;
+      for (int32_t i = 0; i < key_dim; ++i) q_hat[i] = q[i] * a[0];
+      if (rule.delta) {
 #pragma omp simd
-      for (int32_t i = 0; i < key_dim; ++i) {
-        k_plus[i] = k[i] * f[i];
-        k_hat[i] = k_plus[i] * first[i];
+        for (int32_t i = 0; i < key_dim; ++i) k_hat[i] = k[i] * a[0];
+      }
+    } else {
+#pragma omp simd
+      for (int32_t i = 0; i < key_dim; ++i) q_hat[i] = q[i] * a[i];
+      if (rule.delta) {
+#pragma omp simd
+        for (int32_t i = 0; i < key_dim; ++i) k_hat[i] = k[i] * a[i];
       }
     }
-    DecayFactors(rule.gate, key_dim, log_t, last_log, f);  // exp(b_C - b_t) <= 1
-    for (int32_t i = 0; i < key_dim; ++i) s.k_end_t[i * length + t] = k[i] * f[i];
+  }
+  if (width == 1) {  // (K ⊙ z)^T: row i of K^T times z
+    for (int32_t i = 0; i < key_dim; ++i) {
+      const float* k_t = s.k_t + i * length;
+      float* out = s.k_end_t + i * length;
+#pragma omp simd
+      for (int32_t t = 0; t < length; ++t) out[t] = k_t[t] * s.to_end[t];
+    }
+  } else {  // K ⊙ z row by row into `columns`, then transposed
+    for (int32_t t = 0; t < length; ++t) {
+      const int64_t row = static_cast<int64_t>(t) * key_dim;
+      const float* z = s.to_end + row;
+      const float* k = s.k + row;
+      float* out = s.columns + row;
+#pragma omp simd
+      for (int32_t i = 0; i < key_dim; ++i) out[i] = k[i] * z[i];
+    }
+    Transpose(length, key_dim, s.columns, key_dim, s.k_end_t, length);
   }
 }
 
-// Step 3: P = tril(Q~ K-^T), diagonal included. The whole C x C product costs twice the
-// triangle's multiply-adds but runs as one register-blocked product; the entries above the
-// diagonal are then zeroed, so P U can run as whole blocks of rows.
+// Step 3, no gate or a scalar gate: P = tril(Q K^T) ⊙ F and, for the delta rule,
+// K K^T ⊙ F below the diagonal. Each block of rows multiplies only the columns up to its
+// end (the triangle and a block's corner); F runs row by row, F[t, :t] = F[t - 1, :t] e_t.
 template <class Shape>
-void ComputeScores(int32_t key_dim, int32_t length, const ChunkScratch& s) {
-  MatMul<Shape>(length, length, key_dim, s.q_tilde, key_dim, s.k_minus_t, length, s.scores,
-                length, Landing::kOverwrite);
-  for (int32_t t = 0; t + 1 < length; ++t) {
-    std::fill(s.scores + t * length + t + 1, s.scores + (t + 1) * length, 0.0f);
+void ScoresByToken(const HeadRule& rule, int32_t key_dim, int32_t length,
+                   const ChunkScratch& s) {
+  for (int32_t row = 0; row < length; row += kSubChunk) {
+    const int32_t rows = std::min(kSubChunk, length - row);
+    const int32_t end = row + rows;
+    MatMul<Shape>(rows, end, key_dim, s.q + row * key_dim, key_dim, s.k_t, length,
+                  s.scores + row * length, length, Landing::kOverwrite);
+    if (rule.delta) {
+      MatMul<Shape>(rows, end, key_dim, s.k + row * key_dim, key_dim, s.k_t, length,
+                    s.transform + row * length, length, Landing::kOverwrite);
+    }
+  }
+  float* f = s.running;  // F[t, 0:t+1]
+  for (int32_t t = 0; t < length; ++t) {
+    float* p = s.scores + t * length;
+    float* a = s.transform + t * length;
+    std::fill(p + t + 1, p + length, 0.0f);
+    if (rule.gate == GateKind::kNone) continue;
+    const float e = s.decay[t];
+#pragma omp simd
+    for (int32_t r = 0; r < t; ++r) f[r] = Negligible(f[r] * e);
+    f[t] = 1.0f;
+#pragma omp simd
+    for (int32_t r = 0; r <= t; ++r) p[r] *= f[r];
+    if (rule.delta) {
+#pragma omp simd
+      for (int32_t r = 0; r < t; ++r) a[r] *= f[r];
+    }
+  }
+}
+
+// F[t, r] for every t of each sub-chunk of `sub` tokens (r its first token; `local`),
+// F[last, s] for every s (last its last token; `tail`).
+void SubChunkDecays(int32_t key_dim, int32_t length, int32_t sub, const ChunkScratch& s) {
+  for (int32_t first = 0; first < length; first += sub) {
+    const int32_t last = std::min(first + sub, length) - 1;
+    std::fill_n(s.local + first * key_dim, key_dim, 1.0f);
+    for (int32_t t = first + 1; t <= last; ++t) {
+      const float* prev = s.local + (t - 1) * key_dim;
+      const float* e = s.decay + t * key_dim;
+      float* out = s.local + t * key_dim;
+#pragma omp simd
+      for (int32_t i = 0; i < key_dim; ++i) out[i] = Negligible(prev[i] * e[i]);
+    }
+    std::fill_n(s.tail + last * key_dim, key_dim, 1.0f);
+    for (int32_t t = last - 1; t >= first; --t) {
+      const float* next = s.tail + (t + 1) * key_dim;
+      const float* e = s.decay + (t + 1) * key_dim;
+      float* out = s.tail + t * key_dim;
+#pragma omp simd
+      for (int32_t i = 0; i < key_dim; ++i) out[i] = Negligible(next[i] * e[i]);
+    }
+  }
+}
+
+// The terms of sub-chunk [first, end) with each other, one product of e per term:
+// P[t, s] = q_t . (k_s ⊙ F[t, s]), and the same with k_t for the delta rule.
+void ExactSubChunk(const HeadRule& rule, int32_t key_dim, int32_t length, int32_t first,
+                   int32_t end, const ChunkScratch& s) {
+  float* f = s.running;
+  float* w = s.factor;
+  for (int32_t c = first; c < end; ++c) {
+    const float* k_c = s.k + c * key_dim;
+    std::fill_n(f, key_dim, 1.0f);
+    for (int32_t t = c; t < end; ++t) {
+      if (t > c) {
+        const float* e = s.decay + t * key_dim;
+#pragma omp simd
+        for (int32_t i = 0; i < key_dim; ++i) f[i] = Negligible(f[i] * e[i]);
+      }
+#pragma omp simd
+      for (int32_t i = 0; i < key_dim; ++i) w[i] = k_c[i] * f[i];
+      s.scores[t * length + c] = Dot(s.q + t * key_dim, w, key_dim);
+      if (rule.delta) s.transform[t * length + c] = Dot(s.k + t * key_dim, w, key_dim);
+    }
+  }
+}
+
+// Whether every sub-chunk of the current `local` keeps its decay above kMinSplitFactor.
+bool SplitsEverywhere(int32_t key_dim, int32_t length, int32_t sub, const ChunkScratch& s) {
+  float weakest = 1.0f;
+  for (int32_t first = 0; first < length; first += sub) {
+    const float* decay = s.local + (std::min(first + sub, length) - 1) * key_dim;
+    for (int32_t i = 0; i < key_dim; ++i) weakest = std::min(weakest, decay[i]);
+  }
+  return weakest >= kMinSplitFactor;
+}
+
+// The longest sub-chunk (kChunkSize, half of it, kSubChunk) that splits everywhere, else
+// kSubChunk; leaves its decays in `local` and `tail`.
+int32_t ChooseSubChunk(int32_t key_dim, int32_t length, const ChunkScratch& s) {
+  for (int32_t sub = kChunkSize; sub > kSubChunk; sub /= 2) {
+    SubChunkDecays(key_dim, length, sub, s);
+    if (SplitsEverywhere(key_dim, length, sub, s)) return sub;
+  }
+  SubChunkDecays(key_dim, length, kSubChunk, s);
+  return kSubChunk;
+}
+
+// Step 3, a gate per channel: P and K K^T ⊙ F by sub-chunks of rows (see the top).
+template <class Shape>
+void ScoresBySubChunk(const HeadRule& rule, int32_t key_dim, int32_t length,
+                      const ChunkScratch& s) {
+  const int32_t sub = ChooseSubChunk(key_dim, length, s);
+  float* between = s.factor;  // F[first, end of an earlier sub-chunk]
+  for (int32_t first = 0; first < length; first += sub) {
+    const int32_t end = std::min(first + sub, length);
+    const int32_t rows = end - first;
+    const float* sub_decay = s.local + (end - 1) * key_dim;  // F[last, first]
+    float weakest = 1.0f;
+    for (int32_t i = 0; i < key_dim; ++i) weakest = std::min(weakest, sub_decay[i]);
+    const bool split = weakest >= kMinSplitFactor;
+    // Rows: q_t F[t, first].
+    for (int32_t t = first; t < end; ++t) {
+      const float* d = s.local + t * key_dim;
+      const float* q = s.q + t * key_dim;
+      const float* k = s.k + t * key_dim;
+      float* row_q = s.rows + (t - first) * key_dim;
+      float* row_k = s.rows_k + (t - first) * key_dim;
+#pragma omp simd
+      for (int32_t i = 0; i < key_dim; ++i) row_q[i] = q[i] * d[i];
+      if (rule.delta) {
+#pragma omp simd
+        for (int32_t i = 0; i < key_dim; ++i) row_k[i] = k[i] * d[i];
+      }
+    }
+    // Columns s < first: k_s F[first, s] = k_s F[end of s's sub-chunk, s] times the decay
+    // from there to `first`, built from the nearest sub-chunk back.
+    const float* e_first = s.decay + first * key_dim;
+    std::copy_n(e_first, key_dim, between);
+    for (int32_t before = first - sub; before >= 0; before -= sub) {
+      for (int32_t c = before; c < before + sub; ++c) {
+        const float* tail = s.tail + c * key_dim;
+        const float* k = s.k + c * key_dim;
+        float* out = s.columns + c * key_dim;
+#pragma omp simd
+        for (int32_t i = 0; i < key_dim; ++i) out[i] = k[i] * Negligible(tail[i] * between[i]);
+      }
+      if (before > 0) {  // on past sub-chunk `before`: its whole decay, e_before F[last, before]
+        const float* e = s.decay + before * key_dim;
+        const float* whole = s.local + (before + sub - 1) * key_dim;
+#pragma omp simd
+        for (int32_t i = 0; i < key_dim; ++i) {
+          between[i] = Negligible(between[i] * Negligible(e[i] * whole[i]));
+        }
+      }
+    }
+    // Columns inside the sub-chunk: k_s / F[s, first].
+    int32_t columns = first;
+    if (split) {
+      for (int32_t c = first; c < end; ++c) {
+        const float* d = s.local + c * key_dim;
+        const float* k = s.k + c * key_dim;
+        float* out = s.columns + c * key_dim;
+#pragma omp simd
+        for (int32_t i = 0; i < key_dim; ++i) out[i] = k[i] / d[i];
+      }
+      columns = end;
+    }
+    if (columns > 0) {
+      Transpose(columns, key_dim, s.columns, key_dim, s.columns_t, columns);
+      MatMul<Shape>(rows, columns, key_dim, s.rows, key_dim, s.columns_t, columns,
+                    s.scores + first * length, length, Landing::kOverwrite);
+      if (rule.delta) {
+        MatMul<Shape>(rows, columns, key_dim, s.rows_k, key_dim, s.columns_t, columns,
+                      s.transform + first * length, length, Landing::kOverwrite);
+      }
+    }
+    if (!split) ExactSubChunk(rule, key_dim, length, first, end, s);
+    for (int32_t t = first; t < end; ++t) {
+      std::fill(s.scores + t * length + t + 1, s.scores + (t + 1) * length, 0.0f);
+    }
   }
 }
 
@@ -204,16 +395,15 @@ struct ChunkValues {
 constexpr int32_t kSolveBlock = 16;
 
 // Step 4 (delta rule): solve (I + A) U = diag(beta) (V - Kh S0) by forward substitution,
-// A[t, s] = beta_t k+_t . k-_s for s < t.
+// A[t, s] = beta_t (K K^T ⊙ F)[t, s] for s < t.
 template <class Shape>
-void SolveDeltaValues(const HeadSequence& seq, int32_t start, int32_t length,
-                      const float* state, const ChunkScratch& s) {
+void SolveDeltaValues(const HeadRule& rule, const HeadSequence& seq, int32_t start,
+                      int32_t length, const float* state, const ChunkScratch& s) {
   const int32_t key_dim = seq.key_dim;
   const int32_t value_dim = seq.value_dim;
   float* u = s.values;  // [C, V]
-  MatMul<Shape>(length, length, key_dim, s.k_plus, key_dim, s.k_minus_t, length, s.transform,
-                length, Landing::kOverwrite);
-  MatMul<Shape>(length, value_dim, key_dim, s.k_hat, key_dim, state, value_dim, u, value_dim,
+  const float* k_hat = rule.gate == GateKind::kNone ? s.k : s.k_hat;
+  MatMul<Shape>(length, value_dim, key_dim, k_hat, key_dim, state, value_dim, u, value_dim,
                 Landing::kOverwrite);
   for (int32_t block = 0; block < length; block += kSolveBlock) {
     const int32_t end = std::min(length, block + kSolveBlock);
@@ -241,11 +431,13 @@ void SolveDeltaValues(const HeadSequence& seq, int32_t start, int32_t length,
 
 // Step 5: O = Qh S0 + P U, written straight into the output rows.
 template <class Shape>
-void ComputeOutput(const HeadSequence& seq, int32_t start, int32_t length,
-                   const float* state, const ChunkValues& u, const ChunkScratch& s) {
+void ComputeOutput(const HeadRule& rule, const HeadSequence& seq, int32_t start,
+                   int32_t length, const float* state, const ChunkValues& u,
+                   const ChunkScratch& s) {
   const int32_t value_dim = seq.value_dim;
   float* o = seq.o + start * seq.o_stride;
-  MatMul<Shape>(length, value_dim, seq.key_dim, s.q_hat, seq.key_dim, state, value_dim, o,
+  const float* q_hat = rule.gate == GateKind::kNone ? s.q : s.q_hat;
+  MatMul<Shape>(length, value_dim, seq.key_dim, q_hat, seq.key_dim, state, value_dim, o,
                 seq.o_stride, Landing::kOverwrite);
   LowerMatMulAdd<Shape>(length, value_dim, s.scores, length, u.rows, u.stride, o,
                         seq.o_stride);
@@ -257,7 +449,7 @@ void Normalize(const HeadRule& rule, const HeadSequence& seq, int32_t start, int
                float* normalizer, const ChunkScratch& s) {
   const int32_t key_dim = seq.key_dim;
   for (int32_t t = 0; t < length; ++t) {
-    float den = Dot(s.q_hat + t * key_dim, normalizer, key_dim);
+    float den = Dot(s.q + t * key_dim, normalizer, key_dim);
     const float* p = s.scores + t * length;
     for (int32_t r = 0; r <= t; ++r) den += p[r];
     den += rule.normalize_eps;
@@ -265,49 +457,52 @@ void Normalize(const HeadRule& rule, const HeadSequence& seq, int32_t start, int
 #pragma omp simd
     for (int32_t j = 0; j < seq.value_dim; ++j) o[j] /= den;
   }
-  for (int32_t t = 0; t < length; ++t) {
-    Axpy(key_dim, 1.0f, seq.k + (start + t) * seq.k_stride, normalizer);
-  }
+  for (int32_t t = 0; t < length; ++t) Axpy(key_dim, 1.0f, s.k + t * key_dim, normalizer);
 }
 
-// Step 7: S_C = Diag(exp(b_C)) S0 + (K ⊙ exp(b_C - b))^T U, the decay applied as the
-// product lands: one pass over the state.
+// Step 7: S_C = diag(a_{C-1}) S0 + (K ⊙ z)^T U, the decay applied as the product lands: one
+// pass over the state.
 template <class Shape>
 void UpdateState(const HeadRule& rule, const HeadSequence& seq, int32_t length,
                  const ChunkValues& u, float* state, const ChunkScratch& s) {
   const int32_t key_dim = seq.key_dim;
   const int32_t value_dim = seq.value_dim;
   if (rule.gate == GateKind::kNone) {
-    MatMul<Shape>(key_dim, value_dim, length, s.k_end_t, length, u.rows, u.stride, state,
+    MatMul<Shape>(key_dim, value_dim, length, s.k_t, length, u.rows, u.stride, state,
                   value_dim);
     return;
   }
-  const int32_t width = GateWidth(rule.gate, key_dim);
-  DecayFactors(rule.gate, key_dim, nullptr, s.log_decay + (length - 1) * width, s.factor);
-#pragma omp simd
-  for (int32_t i = 0; i < key_dim; ++i) s.factor[i] *= s.first_decay[i];  // exp(g_1) exp(b'_C)
+  const float* total = s.from_start + (length - 1) * GateWidth(rule.gate, key_dim);
+  if (rule.gate == GateKind::kScalar) {
+    std::fill_n(s.factor, key_dim, total[0]);
+    total = s.factor;
+  }
   MatMul<Shape>(key_dim, value_dim, length, s.k_end_t, length, u.rows, u.stride, state,
-                value_dim, Landing::kScaleAdd, s.factor);
+                value_dim, Landing::kScaleAdd, total);
 }
 
 template <class Shape>
 void RunChunks(const HeadRule& rule, const HeadSequence& seq, float* state, float* normalizer,
                ChunkWorkspace* workspace) {
   const ChunkScratch scratch = CarveScratch(seq.key_dim, seq.value_dim, workspace);
-  int32_t start = 0;
-  while (start < seq.num_tokens) {
-    const int32_t length = MeasureChunk(rule.gate, seq, start, scratch);
-    ScaleInputs(rule, seq, start, length, scratch);
-    ComputeScores<Shape>(seq.key_dim, length, scratch);
+  for (int32_t start = 0; start < seq.num_tokens; start += kChunkSize) {
+    const int32_t length = std::min(kChunkSize, seq.num_tokens - start);
+    LoadChunk(seq, start, length, scratch);
+    ScaleChunk(rule, seq, start, length, scratch);
+    if (rule.gate == GateKind::kVector) {
+      ScoresBySubChunk<Shape>(rule, seq.key_dim, length, scratch);
+    } else {
+      ScoresByToken<Shape>(rule, seq.key_dim, length, scratch);
+    }
     ChunkValues u{seq.v + start * seq.v_stride, seq.v_stride};
     if (rule.delta) {
-      SolveDeltaValues<Shape>(seq, start, length, state, scratch);
+      SolveDeltaValues<Shape>(rule, seq, start, length, state, scratch);
       u = {scratch.values, seq.value_dim};
     }
-    ComputeOutput<Shape>(seq, start, length, state, u, scratch);
+    ComputeOutput<Shape>(rule, seq, start, length, state, u, scratch);
     if (rule.normalize) Normalize(rule, seq, start, length, normalizer, scratch);
     UpdateState<Shape>(rule, seq, length, u, state, scratch);
-    start += length;
+    ++workspace->chunks_run;
   }
 }
 

@@ -38,6 +38,7 @@ struct HeadSequence {
 // Scratch for the chunkwise form; reused across calls by one thread.
 struct ChunkWorkspace {
   std::vector<float> buffer;
+  int64_t chunks_run = 0;  // chunks RunChunkwise has run with this workspace (tests count them)
 };
 
 // Largest number of tokens in one chunk of the chunkwise form.
@@ -51,10 +52,10 @@ void ReserveChunkWorkspace(int32_t key_dim, int32_t value_dim, ChunkWorkspace* w
 void RunRecurrent(const HeadRule& rule, const HeadSequence& seq, float* state,
                   float* normalizer);
 
-// Runs the tokens in chunks of at most kChunkSize with chunk-local C x C products and, for
-// the delta rule, the UT (WY) triangular solve. Agrees with RunRecurrent to SPEC's bounds.
-// Strong decays end a chunk early (see chunkwise.cc), so boundaries depend on g; any split
-// of a sequence across calls gives the same result to those bounds.
+// Runs the tokens in chunks of kChunkSize (the last one shorter) with chunk-local C x C
+// products and, for the delta rule, the UT (WY) triangular solve. Agrees with RunRecurrent to
+// SPEC's bounds for any decays (see chunkwise.cc); any split of a sequence across calls gives
+// the same result to those bounds.
 void RunChunkwise(const HeadRule& rule, const HeadSequence& seq, float* state,
                   float* normalizer, ChunkWorkspace* workspace);
 

@@ -21,10 +21,12 @@ constexpr double kChunkwiseBound = 1e-4;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // How strongly the gate decays: fla-like log(uniform(0.9, 1)); uniform(-5, 0) per token
-// plus one token of -100 (in half the channels for a vector gate) to drive the chunkwise
-// form's chunk-length rule; or realistic with one token in ten at uniform(-8, -3), so long
-// runs of mild decay follow a cumulative log-decay near the chunk limit.
-enum class Decay { kRealistic, kStrong, kMixed };
+// plus one token of -100 (in half the channels for a vector gate); realistic with one token
+// in ten at uniform(-8, -3); or extreme, down to -40 per token: by channel (a vector gate)
+// or by token (a scalar gate), runs of 8 tokens at uniform(-40, -10) then 8 mild ones (so
+// mild decays follow a cumulative log-decay of hundreds, where a difference of cumulative
+// sums would lose precision), steady uniform(-40, -20), mild, and uniform(-40, 0).
+enum class Decay { kRealistic, kStrong, kMixed, kExtreme };
 
 struct Config {
   std::string name;
@@ -110,6 +112,23 @@ Problem MakeProblem(const Config& config, int32_t t_count, int32_t key_dim, int3
       case Decay::kRealistic: x = std::log(mild(rng)); break;
       case Decay::kStrong: x = strong(rng); break;
       case Decay::kMixed: x = unit(rng) < 0.1f ? spike(rng) : std::log(mild(rng)); break;
+      case Decay::kExtreme: break;
+    }
+  }
+  if (config.decay == Decay::kExtreme) {
+    std::uniform_real_distribution<float> runs(-40.0f, -10.0f), steady(-40.0f, -20.0f),
+        any(-40.0f, 0.0f);
+    for (int32_t t = 0; t < t_count; ++t) {
+      for (int32_t i = 0; i < width; ++i) {
+        const int32_t pattern = width == 1 ? (t / 32) % 4 : i % 4;
+        float& x = p.g[t * width + i];
+        switch (pattern) {
+          case 0: x = (t / 8) % 2 == 0 ? runs(rng) : std::log(mild(rng)); break;
+          case 1: x = steady(rng); break;
+          case 2: x = std::log(mild(rng)); break;
+          default: x = any(rng); break;
+        }
+      }
     }
   }
   if (config.decay == Decay::kStrong) {
@@ -365,6 +384,30 @@ TEST_CASE("Both forms match the float64 recurrence", "[kernels][cpu]") {
       std::printf(" | z %.1e %.1e", recurrent.normalizer, chunkwise.normalizer);
     }
     std::printf("\n");
+  }
+}
+
+TEST_CASE("Log-decays down to -40 per token keep whole chunks and precision",
+          "[kernels][cpu]") {
+  std::mt19937_64 rng(0x5eed0005);
+  for (GateKind gate : {GateKind::kScalar, GateKind::kVector}) {
+    for (bool delta : {false, true}) {
+      Config config;
+      config.rule.gate = gate;
+      config.rule.delta = delta;
+      config.decay = Decay::kExtreme;
+      for (int32_t t_count : {64, 200}) {
+        for (auto [key_dim, value_dim] : {std::pair<int32_t, int32_t>{19, 8}, {128, 32}}) {
+          const Problem p = MakeProblem(config, t_count, key_dim, value_dim, rng);
+          INFO((gate == GateKind::kScalar ? "scalar" : "vector")
+               << (delta ? "/delta" : "/additive") << " T=" << t_count << " K=" << key_dim);
+          ChunkWorkspace workspace;
+          const Result chunk = RunForm(Form::kChunkwise, p, 1, 0, &workspace);
+          CheckAgainst(chunk, Reference(p), kChunkwiseBound);
+          CHECK(workspace.chunks_run == (t_count + kChunkSize - 1) / kChunkSize);
+        }
+      }
+    }
   }
 }
 

@@ -1,0 +1,110 @@
+// The chunkwise form's register-blocked products against a plain triple loop: every landing,
+// sizes that leave partial tiles, partial strips and columns past the last vector, and depths
+// over one packed panel (kPanelDepth), so that each path of small_matmul.h runs.
+
+#include "backends/cpu/small_matmul.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "backends/cpu/kernel_targets.h"
+
+namespace lumen::cpu {
+namespace {
+
+struct Operands {
+  int32_t m, n, p;
+  int64_t lda, ldb, ldc;
+  std::vector<float> a, b, c, row_scale;
+};
+
+Operands MakeOperands(int32_t m, int32_t n, int32_t p, bool lower, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Operands o{m, n, p, p + 3, n + 5, n + 7, {}, {}, {}, {}};
+  o.a.resize(static_cast<size_t>(m) * o.lda);
+  o.b.resize(static_cast<size_t>(p) * o.ldb);
+  o.c.resize(static_cast<size_t>(m) * o.ldc);
+  o.row_scale.resize(m);
+  for (float& x : o.a) x = normal(rng);
+  for (float& x : o.b) x = normal(rng);
+  for (float& x : o.c) x = normal(rng);
+  for (float& x : o.row_scale) x = normal(rng);
+  if (lower) {  // LowerMatMulAdd requires zeros above the diagonal
+    for (int32_t i = 0; i < m; ++i)
+      for (int32_t q = i + 1; q < p; ++q) o.a[i * o.lda + q] = 0.0f;
+  }
+  return o;
+}
+
+// What c should hold afterwards, in float64, and whether out matches it to fp32 sums' rounding.
+void CheckProduct(const Operands& before, const std::vector<float>& out, Landing landing) {
+  double worst = 0.0;
+  for (int32_t i = 0; i < before.m; ++i) {
+    for (int32_t j = 0; j < before.n; ++j) {
+      double sum = 0.0, magnitude = 0.0;
+      for (int32_t q = 0; q < before.p; ++q) {
+        const double term = double(before.a[i * before.lda + q]) * before.b[q * before.ldb + j];
+        sum += term;
+        magnitude += std::abs(term);
+      }
+      const double old = before.c[i * before.ldc + j];
+      if (landing == Landing::kAdd) sum += old, magnitude += std::abs(old);
+      if (landing == Landing::kScaleAdd) {
+        sum += before.row_scale[i] * old;
+        magnitude += std::abs(before.row_scale[i] * old);
+      }
+      worst = std::max(worst, std::abs(out[i * before.ldc + j] - sum) / (magnitude + 1e-30));
+    }
+  }
+  CHECK(worst < 1e-5);
+  // Columns past n (the padding of each row) are left alone.
+  bool padding_untouched = true;
+  for (int32_t i = 0; i < before.m; ++i)
+    for (int64_t j = before.n; j < before.ldc; ++j)
+      padding_untouched &= out[i * before.ldc + j] == before.c[i * before.ldc + j];
+  CHECK(padding_untouched);
+}
+
+template <class Shape>
+void CheckShape() {
+  std::mt19937 rng(0x5eed0011);
+  const int32_t sizes[] = {1, 7, 19, 33, 130};
+  for (int32_t m : sizes) {
+    for (int32_t n : sizes) {
+      for (int32_t p : {1, 19, 129}) {  // 129: two panels
+        for (Landing landing : {Landing::kAdd, Landing::kOverwrite, Landing::kScaleAdd}) {
+          const Operands o = MakeOperands(m, n, p, false, rng);
+          std::vector<float> c = o.c;
+          MatMul<Shape>(m, n, p, o.a.data(), o.lda, o.b.data(), o.ldb, c.data(), o.ldc,
+                        landing, o.row_scale.data());
+          CheckProduct(o, c, landing);
+        }
+      }
+      const Operands o = MakeOperands(m, n, m, true, rng);
+      std::vector<float> c = o.c;
+      LowerMatMulAdd<Shape>(m, n, o.a.data(), o.lda, o.b.data(), o.ldb, c.data(), o.ldc);
+      CheckProduct(o, c, Landing::kAdd);
+    }
+  }
+}
+
+#if LUMEN_KERNEL_LEVELS
+LUMEN_KERNEL_AVX512 void CheckAvx512() { CheckShape<Avx512Shape>(); }
+LUMEN_KERNEL_AVX2 void CheckAvx2() { CheckShape<Avx2Shape>(); }
+#endif
+LUMEN_KERNEL_BASELINE void CheckVector128() { CheckShape<Vector128Shape>(); }
+
+TEST_CASE("Chunk products match a plain product", "[kernels][cpu]") {
+  CheckVector128();
+#if LUMEN_KERNEL_LEVELS
+  if (CpuKernelLevel() != KernelLevel::kBaseline) CheckAvx2();
+  if (CpuKernelLevel() == KernelLevel::kAvx512) CheckAvx512();
+#endif
+}
+
+}  // namespace
+}  // namespace lumen::cpu
