@@ -25,9 +25,15 @@ constexpr int64_t kPrefillSliceTokens = 2 * kChunkSize;
 CpuBackend::CpuBackend(int32_t num_threads)
     : pool_(num_threads), scratch_(pool_.num_threads()) {}
 
+absl::Status CpuBackend::LoadModel(const Model& model) {
+  held_writes_.Plan(model);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<void*> CpuBackend::AllocateState(int64_t bytes) {
   // aligned_alloc takes a multiple of the alignment.
-  const CheckedInt64 size = CheckedInt64(std::max<int64_t>(bytes, 1)).RoundUp(kStateAlignment);
+  const CheckedInt64 size =
+      CheckedInt64(std::max<int64_t>(held_writes_.BlockBytes(bytes), 1)).RoundUp(kStateAlignment);
   void* block = size.ok() ? std::aligned_alloc(kStateAlignment, static_cast<size_t>(size.value()))
                           : nullptr;
   if (block == nullptr) {
@@ -35,27 +41,45 @@ absl::StatusOr<void*> CpuBackend::AllocateState(int64_t bytes) {
         absl::StrCat("cannot allocate ", bytes, " bytes of session state"));
   }
   std::memset(block, 0, static_cast<size_t>(size.value()));
+  if (held_writes_.HasRegions(bytes)) {
+    try {
+      held_writes_.Add(block);
+    } catch (const std::bad_alloc&) {
+      std::free(block);
+      return absl::ResourceExhaustedError("out of memory registering a session's state");
+    }
+  }
   return block;
 }
 
-void CpuBackend::FreeState(void* block) { std::free(block); }
+void CpuBackend::FreeState(void* block) {
+  held_writes_.Remove(block);
+  std::free(block);
+}
 
 absl::Status CpuBackend::ZeroState(void* block, int64_t bytes) {
+  held_writes_.BeforeOverwrite(block, bytes);
   std::memset(block, 0, bytes);
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::CopyState(void* dst, const void* src, int64_t bytes) {
+  held_writes_.BeforeRead(src, bytes);
+  held_writes_.BeforeOverwrite(dst, bytes);
   std::memcpy(dst, src, bytes);
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::StateToHost(void* host_dst, const void* src, int64_t bytes) {
-  return CopyState(host_dst, src, bytes);
+  held_writes_.BeforeRead(src, bytes);
+  std::memcpy(host_dst, src, bytes);
+  return absl::OkStatus();
 }
 
 absl::Status CpuBackend::StateFromHost(void* dst, const void* host_src, int64_t bytes) {
-  return CopyState(dst, host_src, bytes);
+  held_writes_.BeforeOverwrite(dst, bytes);
+  std::memcpy(dst, host_src, bytes);
+  return absl::OkStatus();
 }
 
 void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
@@ -102,10 +126,21 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
     if (spec.normalize) normalizer = static_cast<float*>(block) + normalizer_offset;
   }
 
+  // The delta rule's held write: the session's own where the layer keeps them beside the
+  // block, else one in scratch, applied before the state is stored.
+  const HeldWrites::Layer layer = held_writes_.ForLayer(run.layer, block);
+  HeldWrite write;
+  if (layer.held != nullptr) {
+    write = layer.Head(value_head);
+  } else if (rule.delta) {
+    write = {scratch.held.data(), scratch.held.data() + K, false};
+  }
   if (run.chunkwise) {
+    if (first == 0) ApplyHeldWrite(spec.key_dim, spec.value_dim, state, &write);
     RunChunkwise(rule, seq, state, normalizer, &scratch.chunk);
   } else {
-    RunRecurrent(rule, seq, state, normalizer);
+    RunRecurrent(rule, seq, state, normalizer, &write);
+    if (layer.held == nullptr) ApplyHeldWrite(spec.key_dim, spec.value_dim, state, &write);
   }
 
   if (in.skip_x != nullptr) {  // Mamba-2's D skip: o_t += D[h] * x_t
@@ -150,6 +185,7 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
       if (spec.state_dtype != DType::kFloat32) {
         scratch.head_state.resize(spec.key_dim * spec.value_dim + spec.key_dim);
       }
+      if (spec.delta_rule()) scratch.held.resize(spec.key_dim + spec.value_dim);
       if (run.chunkwise) ReserveChunkWorkspace(spec.key_dim, spec.value_dim, &scratch.chunk);
     }
   } catch (const std::bad_alloc&) {
@@ -187,6 +223,15 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
       RunHead(spec, run, prepared_, o, session, static_cast<int32_t>(task % HV), 0,
               run.cu_seqlens[session + 1] - run.cu_seqlens[session], scratch_[slot]);
     });
+  }
+
+  // Every head of a session that ran tokens now holds its last write (a step), or has
+  // applied the one it held (a prefill).
+  for (int32_t i = 0; i < run.num_sessions(); ++i) {
+    const HeldWrites::Layer layer = held_writes_.ForLayer(run.layer, run.states[i]);
+    if (layer.held != nullptr && run.cu_seqlens[i + 1] > run.cu_seqlens[i]) {
+      *layer.held = run.chunkwise ? 0 : 1;
+    }
   }
 
   CommitConvWindows(spec, run, prepared_);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cpu/head_kernels.h"
+#include "backends/cpu/held_writes.h"
 #include "backends/cpu/prepare_inputs.h"
 #include "src/backend.h"
 #include "src/thread_pool.h"
@@ -16,6 +17,8 @@ namespace lumen::cpu {
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(int32_t num_threads);
+
+  absl::Status LoadModel(const Model& model) override;
 
   lumen_backend kind() const override { return LUMEN_BACKEND_CPU; }
   int32_t num_threads() const override { return pool_.num_threads(); }
@@ -35,6 +38,7 @@ class CpuBackend : public Backend {
   struct SlotScratch {
     ChunkWorkspace chunk;
     std::vector<float> head_state;  // [K * V + K] fp32 copy of a head stored as bf16
+    std::vector<float> held;        // [K + V] a delta-rule write where the layer holds none
     HeadInputScratch inputs;        // one head's rows that PrepareInputs left to the heads
   };
 
@@ -44,6 +48,7 @@ class CpuBackend : public Backend {
                SlotScratch& scratch);
 
   ThreadPool pool_;
+  HeldWrites held_writes_;  // the delta rule's writes held beside each session's block
   std::mutex run_mutex_;  // one layer call at a time owns the pool and the scratch
   std::vector<SlotScratch> scratch_;  // [pool_.num_threads()]
   PreparedInputs prepared_;

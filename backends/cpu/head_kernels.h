@@ -48,9 +48,25 @@ inline constexpr int32_t kChunkSize = 64;
 // that cannot get memory must fail before it changes any state).
 void ReserveChunkWorkspace(int32_t key_dim, int32_t value_dim, ChunkWorkspace* workspace);
 
-// Runs the tokens one at a time. state: [K, V]; normalizer: [K] or nullptr.
+// The delta rule's last write k u^T, held out of the stored matrix so that a step passes
+// over S once (recurrent.cc says how): while `held` is set, the head's state is the stored
+// matrix plus k u^T. Whoever keeps it beside the state applies it before anything else reads
+// or replaces the matrix.
+struct HeldWrite {
+  float* k = nullptr;  // [K]
+  float* u = nullptr;  // [V]
+  bool held = false;
+};
+
+// Runs the tokens one at a time. state: [K, V]; normalizer: [K] or nullptr. The delta rule
+// needs `write` (other rules ignore it and may pass nullptr): the step adds a held write as
+// it reads each row and leaves its own last token's write held there.
 void RunRecurrent(const HeadRule& rule, const HeadSequence& seq, float* state,
-                  float* normalizer);
+                  float* normalizer, HeldWrite* write);
+
+// Adds a held write into the stored matrix, state [K, V] += k u^T, and clears it. Its
+// rounding is the step's own, so the state's bits do not depend on when it runs.
+void ApplyHeldWrite(int32_t key_dim, int32_t value_dim, float* state, HeldWrite* write);
 
 // Runs the tokens in chunks of kChunkSize (the last one shorter) with chunk-local C x C
 // products and, for the delta rule, the UT (WY) triangular solve. Agrees with RunRecurrent to

@@ -1,16 +1,17 @@
 // The recurrent form: one token at a time, straight from SPEC §2.
 //
-// A step is bound by the state's bytes. The additive rules make one read-modify-write pass
-// over S, whole rows in order like a plain read-modify-write pass, their output sums in
-// registers. The delta rule needs S'^T k over a whole column before it can write that
-// column, so it walks S in column tiles of all K rows (32 columns: 16 KiB at K = 128) and
-// passes twice over each tile: a read for S'^T k and S'^T q (sums in registers), then the
-// read-modify-write, backwards, so that it starts on the rows the read left in L1 (a tile's
-// rows lie a power-of-two stride apart and fall into few L1 sets, so only the last ones
-// stay) and finds the rest in L2, where a whole head (64 KiB) would have been pushed out
-// to L3 or memory between the passes. The next tile is prefetched into L2 while one is
-// written. Outputs are stored once per tile: the caller's o may share a cache line with
-// another head's, which another thread writes.
+// A step is bound by the state's bytes, so every rule makes one read-modify-write pass over
+// S, its sums in registers. The additive rules take whole rows in order, like a plain
+// read-modify-write pass. The delta rule needs S'^T k over a whole column before it knows
+// its write u, so written straight away it would pass twice over S (a read for S'^T k, then
+// the write). Instead each head's last write k u^T is held out of the stored matrix
+// (HeldWrite): the next token adds it to each row as it reads the row, decays the row and
+// stores it (S'), summing S'^T k and S'^T q on the way, and leaves its own u held. The
+// caller keeps the held write beside the state and applies it (ApplyHeldWrite) before
+// anything else reads the matrix; both add it with the same arithmetic (AddHeld), so the
+// state's bits do not depend on when that happens. The next tile of columns is prefetched
+// into L2 while one is walked. Outputs are stored once per tile: the caller's o may share a
+// cache line with another head's, which another thread writes.
 
 #include <algorithm>
 #include <cmath>
@@ -52,27 +53,25 @@ struct TileShape {
 };
 
 // The tiles of one level: the additive rule's up to whole rows of 128 columns (its output
-// sums and a row of v in registers), the delta rule's 32 columns (its two sums).
+// sums and a row of v in registers), the delta rule's narrower ones (its two sums and the
+// held u in registers).
 template <class AdditiveArg, class DeltaArg>
 struct LevelTiles {
   using Additive = AdditiveArg;
   using Delta = DeltaArg;
 };
-using Avx512Tiles = LevelTiles<TileShape<16, 8>, TileShape<16, 2>>;  // 32 registers of 16
-using Avx2Tiles = LevelTiles<TileShape<8, 4>, TileShape<8, 4>>;      // 16 of 8
+using Avx512Tiles = LevelTiles<TileShape<16, 8>, TileShape<16, 4>>;  // 32 registers of 16
+using Avx2Tiles = LevelTiles<TileShape<8, 4>, TileShape<8, 2>>;      // 16 of 8
 // SSE2: 16 registers of 4 floats; NEON: 32.
-using Vector128Tiles = LevelTiles<TileShape<4, 4>, TileShape<4, 4>>;
+using Vector128Tiles = LevelTiles<TileShape<4, 4>, TileShape<4, 2>>;
 
 // Rows whose per-token factors are kept on the stack at once. Heads with more rows (rare:
 // models use K <= 256) recompute a block's factors for each tile and pass.
 constexpr int32_t kFactorRows = 512;
 
-// Per-row factors of one token for a block of rows: the decay a_i, and a_i k_i and a_i q_i,
-// with which the delta rule's sums read S' = Decay S straight from S.
+// Per-row decays a_i of one token for a block of rows.
 struct RowFactors {
   float decay[kFactorRows];
-  float decayed_key[kFactorRows];
-  float decayed_query[kFactorRows];
 };
 
 // One token of one head, as the tile kernels read it.
@@ -85,9 +84,11 @@ struct Token {
   float* o;        // [V]
 };
 
-// The factors of rows [first, first + count); a_i k_i and a_i q_i for the delta rule only.
-void ComputeFactors(GateKind gate, bool delta, const Token& token, int32_t first,
-                    int32_t count, RowFactors* factors) {
+// The factors of rows [first, first + count). Inlined by hand: GCC would otherwise split
+// its loop into a function of its own, built for the baseline level, whatever the caller's.
+[[gnu::always_inline]] inline void ComputeFactors(GateKind gate, const Token& token,
+                                                  int32_t first, int32_t count,
+                                                  RowFactors* factors) {
   if (gate == GateKind::kVector) {
     const float* g = token.g + first;
 #pragma omp simd
@@ -95,14 +96,6 @@ void ComputeFactors(GateKind gate, bool delta, const Token& token, int32_t first
   } else {
     const float a = gate == GateKind::kScalar ? std::exp(token.g[0]) : 1.0f;
     std::fill(factors->decay, factors->decay + count, a);
-  }
-  if (!delta) return;
-  const float* q = token.q + first;
-  const float* k = token.k + first;
-#pragma omp simd
-  for (int32_t i = 0; i < count; ++i) {
-    factors->decayed_key[i] = factors->decay[i] * k[i];
-    factors->decayed_query[i] = factors->decay[i] * q[i];
   }
 }
 
@@ -118,8 +111,7 @@ template <typename Vec>
   std::memcpy(p, &x, sizeof(Vec));
 }
 
-// Prefetches the lines of `bytes` bytes at p into L2, where the next tile's first pass
-// reads them.
+// Prefetches the lines of `bytes` bytes at p into L2, where the next tile reads them.
 [[gnu::always_inline]] inline void PrefetchRow(const float* p, int32_t bytes) {
   for (int32_t offset = 0; offset < bytes; offset += 64) {
     __builtin_prefetch(reinterpret_cast<const char*>(p) + offset, 0, 2);
@@ -153,7 +145,6 @@ template <class Shape, class TileKernel>
 // whole head's are already there (factors_ready: K <= kFactorRows).
 struct FactorBlocks {
   GateKind gate;
-  bool delta;
   const Token* token;
   int32_t key_dim;
   bool factors_ready;
@@ -163,7 +154,7 @@ struct FactorBlocks {
   [[gnu::always_inline]] void ForEach(Body body) const {
     for (int32_t first = 0; first < key_dim; first += kFactorRows) {
       const int32_t count = std::min(kFactorRows, key_dim - first);
-      if (!factors_ready) ComputeFactors(gate, delta, *token, first, count, factors);
+      if (!factors_ready) ComputeFactors(gate, *token, first, count, factors);
       body(first, count);
     }
   }
@@ -206,42 +197,41 @@ template <int32_t kWidth, int32_t kVectors, bool kDecays>
   for (int32_t c = 0; c < kVectors; ++c) Store(token.o + column + c * kWidth, out[c]);
 }
 
-// S' = Decay S; u = beta (v - S'^T k); S = S' + k u^T; o = S^T q = S'^T q + (q . k) u.
-// Pass 1 reads the tile for S'^T k and S'^T q (the decay folded into k and q); pass 2
-// decays and writes it, last row first (see the top of the file). kDecays as above.
-template <int32_t kWidth, int32_t kVectors, bool kDecays>
+// Adds the held write to a row of S: s + k_i u. The one place that adds it, so that the step
+// and ApplyHeldWrite round it alike: GCC contracts the vector form to one FMA where the level
+// has one, but not every scalar one, so the single columns name the FMA.
+template <typename Vec>
+[[gnu::always_inline]] inline void AddHeld(float k_i, const Vec& u, Vec* s) {
+  *s += k_i * u;
+}
+[[gnu::always_inline]] inline void AddHeld(float k_i, const float& u, float* s) {
+  *s = std::fma(k_i, u, *s);
+}
+
+// S' = Decay (S + k_h u_h^T), the held write added first; u = beta (v - S'^T k);
+// o = S^T q = S'^T q + (q . k) u with S = S' + k u^T. One pass over the tile stores S' and
+// sums S'^T k and S'^T q; this token's u replaces the held one in `held_u` (its k is saved
+// by the caller after the last tile). kDecays false: no gate; kHeld false: nothing held.
+template <int32_t kWidth, int32_t kVectors, bool kDecays, bool kHeld>
 [[gnu::always_inline]] inline void DeltaTile(const FactorBlocks& blocks, int32_t value_dim,
                                              int32_t column, int32_t prefetch_bytes,
-                                             float qk, float* state) {
+                                             float qk, const float* held_k, float* held_u,
+                                             float* state) {
   using Vec = typename FloatVectorOf<kWidth>::Type;
   const Token& token = *blocks.token;
   const RowFactors& f = *blocks.factors;
-  Vec u[kVectors], p[kVectors];
-#pragma GCC unroll 8
-  for (int32_t c = 0; c < kVectors; ++c) u[c] = p[c] = Vec{};
-  blocks.ForEach([&](int32_t first, int32_t count) {
-    const float* rows = state + static_cast<int64_t>(first) * value_dim + column;
-    for (int32_t i = 0; i < count; ++i) {
-      const float* row = rows + static_cast<int64_t>(i) * value_dim;
-#pragma GCC unroll 8
-      for (int32_t c = 0; c < kVectors; ++c) {
-        Vec s;
-        Load(row + c * kWidth, &s);
-        u[c] += f.decayed_key[i] * s;
-        p[c] += f.decayed_query[i] * s;
-      }
-    }
-  });
+  Vec held[kVectors], key_sum[kVectors], query_sum[kVectors];
 #pragma GCC unroll 8
   for (int32_t c = 0; c < kVectors; ++c) {
-    Vec v;
-    Load(token.v + column + c * kWidth, &v);
-    u[c] = token.beta * (v - u[c]);
+    key_sum[c] = query_sum[c] = Vec{};
+    if (kHeld) Load(held_u + column + c * kWidth, &held[c]);
   }
   blocks.ForEach([&](int32_t first, int32_t count) {
-    const float* k = token.k + first;
     float* rows = state + static_cast<int64_t>(first) * value_dim + column;
-    for (int32_t i = count - 1; i >= 0; --i) {
+    const float* k = token.k + first;
+    const float* q = token.q + first;
+    const float* k_held = held_k + first;
+    for (int32_t i = 0; i < count; ++i) {
       float* row = rows + static_cast<int64_t>(i) * value_dim;
       if (prefetch_bytes > 0) PrefetchRow(row + kWidth * kVectors, prefetch_bytes);
       const float a = f.decay[i];
@@ -249,13 +239,42 @@ template <int32_t kWidth, int32_t kVectors, bool kDecays>
       for (int32_t c = 0; c < kVectors; ++c) {
         Vec s;
         Load(row + c * kWidth, &s);
-        Store(row + c * kWidth, (kDecays ? a * s : s) + k[i] * u[c]);
+        if (kHeld) AddHeld(k_held[i], held[c], &s);
+        if (kDecays) s = a * s;
+        Store(row + c * kWidth, s);
+        key_sum[c] += k[i] * s;
+        query_sum[c] += q[i] * s;
       }
     }
   });
 #pragma GCC unroll 8
   for (int32_t c = 0; c < kVectors; ++c) {
-    Store(token.o + column + c * kWidth, p[c] + qk * u[c]);
+    Vec v;
+    Load(token.v + column + c * kWidth, &v);
+    const Vec u = token.beta * (v - key_sum[c]);
+    Store(token.o + column + c * kWidth, query_sum[c] + qk * u);
+    Store(held_u + column + c * kWidth, u);
+  }
+}
+
+// S += k u^T over one tile, with the step's arithmetic (AddHeld).
+template <int32_t kWidth, int32_t kVectors>
+[[gnu::always_inline]] inline void ApplyTile(int32_t key_dim, int32_t value_dim, int32_t column,
+                                             const float* held_k, const float* held_u,
+                                             float* state) {
+  using Vec = typename FloatVectorOf<kWidth>::Type;
+  Vec held[kVectors];
+#pragma GCC unroll 8
+  for (int32_t c = 0; c < kVectors; ++c) Load(held_u + column + c * kWidth, &held[c]);
+  for (int32_t i = 0; i < key_dim; ++i) {
+    float* row = state + static_cast<int64_t>(i) * value_dim + column;
+#pragma GCC unroll 8
+    for (int32_t c = 0; c < kVectors; ++c) {
+      Vec s;
+      Load(row + c * kWidth, &s);
+      AddHeld(held_k[i], held[c], &s);
+      Store(row + c * kWidth, s);
+    }
   }
 }
 
@@ -275,12 +294,12 @@ void NormalizeToken(int32_t key_dim, int32_t value_dim, const float* q, const fl
 
 template <class Tiles>
 [[gnu::always_inline]] inline void RunTokens(const HeadRule& rule, const HeadSequence& seq,
-                                             float* state, float* normalizer) {
+                                             float* state, float* normalizer,
+                                             HeldWrite* write) {
   const int32_t key_dim = seq.key_dim;
   const int32_t value_dim = seq.value_dim;
   RowFactors factors;
-  FactorBlocks blocks{rule.gate, rule.delta, nullptr, key_dim, key_dim <= kFactorRows,
-                      &factors};
+  FactorBlocks blocks{rule.gate, nullptr, key_dim, key_dim <= kFactorRows, &factors};
   for (int32_t t = 0; t < seq.num_tokens; ++t) {
     Token token;
     token.q = seq.q + t * seq.q_stride;
@@ -291,24 +310,32 @@ template <class Tiles>
     token.o = seq.o + t * seq.o_stride;
     blocks.token = &token;
     if (blocks.factors_ready) {
-      ComputeFactors(rule.gate, rule.delta, token, 0, key_dim, &factors);
+      ComputeFactors(rule.gate, token, 0, key_dim, &factors);
     }
     const bool decays = rule.gate != GateKind::kNone;
     if (rule.delta) {
       float qk = 0.0f;
 #pragma omp simd reduction(+ : qk)
       for (int32_t i = 0; i < key_dim; ++i) qk += token.q[i] * token.k[i];
+      const bool held = write->held;
       ForEachTile<typename Tiles::Delta>(value_dim, [&](int32_t column, auto width,
                                                         auto vectors, int32_t prefetch_bytes) {
         constexpr int32_t kWidth = decltype(width)::value;
         constexpr int32_t kVectors = decltype(vectors)::value;
+        auto tile = [&](auto decays_now, auto held_now) {
+          DeltaTile<kWidth, kVectors, decltype(decays_now)::value, decltype(held_now)::value>(
+              blocks, value_dim, column, prefetch_bytes, qk, write->k, write->u, state);
+        };
         if (decays) {
-          DeltaTile<kWidth, kVectors, true>(blocks, value_dim, column, prefetch_bytes, qk, state);
+          held ? tile(std::true_type{}, std::true_type{})
+               : tile(std::true_type{}, std::false_type{});
         } else {
-          DeltaTile<kWidth, kVectors, false>(blocks, value_dim, column, prefetch_bytes, qk,
-                                             state);
+          held ? tile(std::false_type{}, std::true_type{})
+               : tile(std::false_type{}, std::false_type{});
         }
       });
+      std::copy_n(token.k, key_dim, write->k);
+      write->held = true;
     } else {
       ForEachTile<typename Tiles::Additive>(value_dim, [&](int32_t column, auto width,
                                                            auto vectors, int32_t prefetch_bytes) {
@@ -329,44 +356,88 @@ template <class Tiles>
   }
 }
 
-// One build per SIMD level, each with the tile its registers hold.
+template <class Tiles>
+[[gnu::always_inline]] inline void ApplyTiles(int32_t key_dim, int32_t value_dim,
+                                              const HeldWrite& write, float* state) {
+  ForEachTile<typename Tiles::Delta>(
+      value_dim, [&](int32_t column, auto width, auto vectors, int32_t /*prefetch_bytes*/) {
+        ApplyTile<decltype(width)::value, decltype(vectors)::value>(key_dim, value_dim, column,
+                                                                    write.k, write.u, state);
+      });
+}
+
+// One build per SIMD level, each with the tile its registers hold. A held write is applied
+// by the build of the level that made it.
 #if LUMEN_KERNEL_LEVELS
 LUMEN_KERNEL_AVX512
 void RunTokensAvx512(const HeadRule& rule, const HeadSequence& seq, float* state,
-                     float* normalizer) {
-  RunTokens<Avx512Tiles>(rule, seq, state, normalizer);
+                     float* normalizer, HeldWrite* write) {
+  RunTokens<Avx512Tiles>(rule, seq, state, normalizer, write);
+}
+
+LUMEN_KERNEL_AVX512
+void ApplyAvx512(int32_t key_dim, int32_t value_dim, const HeldWrite& write, float* state) {
+  ApplyTiles<Avx512Tiles>(key_dim, value_dim, write, state);
 }
 
 LUMEN_KERNEL_AVX2
 void RunTokensAvx2(const HeadRule& rule, const HeadSequence& seq, float* state,
-                   float* normalizer) {
-  RunTokens<Avx2Tiles>(rule, seq, state, normalizer);
+                   float* normalizer, HeldWrite* write) {
+  RunTokens<Avx2Tiles>(rule, seq, state, normalizer, write);
+}
+
+LUMEN_KERNEL_AVX2
+void ApplyAvx2(int32_t key_dim, int32_t value_dim, const HeldWrite& write, float* state) {
+  ApplyTiles<Avx2Tiles>(key_dim, value_dim, write, state);
 }
 #endif
 
 LUMEN_KERNEL_BASELINE
 void RunTokensBaseline(const HeadRule& rule, const HeadSequence& seq, float* state,
-                       float* normalizer) {
-  RunTokens<Vector128Tiles>(rule, seq, state, normalizer);
+                       float* normalizer, HeldWrite* write) {
+  RunTokens<Vector128Tiles>(rule, seq, state, normalizer, write);
+}
+
+LUMEN_KERNEL_BASELINE
+void ApplyBaseline(int32_t key_dim, int32_t value_dim, const HeldWrite& write, float* state) {
+  ApplyTiles<Vector128Tiles>(key_dim, value_dim, write, state);
 }
 
 }  // namespace
 
 void RunRecurrent(const HeadRule& rule, const HeadSequence& seq, float* state,
-                  float* normalizer) {
+                  float* normalizer, HeldWrite* write) {
   switch (CpuKernelLevel()) {
 #if LUMEN_KERNEL_LEVELS
     case KernelLevel::kAvx512:
-      RunTokensAvx512(rule, seq, state, normalizer);
+      RunTokensAvx512(rule, seq, state, normalizer, write);
       return;
     case KernelLevel::kAvx2:
-      RunTokensAvx2(rule, seq, state, normalizer);
+      RunTokensAvx2(rule, seq, state, normalizer, write);
       return;
 #endif
     default:
-      RunTokensBaseline(rule, seq, state, normalizer);
+      RunTokensBaseline(rule, seq, state, normalizer, write);
       return;
   }
+}
+
+void ApplyHeldWrite(int32_t key_dim, int32_t value_dim, float* state, HeldWrite* write) {
+  if (!write->held) return;
+  switch (CpuKernelLevel()) {
+#if LUMEN_KERNEL_LEVELS
+    case KernelLevel::kAvx512:
+      ApplyAvx512(key_dim, value_dim, *write, state);
+      break;
+    case KernelLevel::kAvx2:
+      ApplyAvx2(key_dim, value_dim, *write, state);
+      break;
+#endif
+    default:
+      ApplyBaseline(key_dim, value_dim, *write, state);
+      break;
+  }
+  write->held = false;
 }
 
 }  // namespace lumen::cpu

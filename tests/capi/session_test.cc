@@ -393,6 +393,80 @@ TEST_CASE("a step after a prefill after steps continues the same sequence", "[se
   ExpectState("final", Read(s.get(), f.layer), ref, kPrefillBound);
 }
 
+TEST_CASE("reading, forking, snapshotting or prefilling between steps changes no later bit",
+          "[session][held]") {
+  // The CPU backend holds a delta-rule step's last write beside the state and applies it
+  // when anything outside a step looks at the session: that must never show. A session
+  // that is read, forked, snapshotted and restored, or given an empty prefill between steps
+  // must give the same bits as one stepped alone, outputs and final state.
+  const int config = GENERATE(range(0, NumConfigs()));
+  const uint32_t seed = SeedFor({3, config});
+  std::mt19937 rng(seed);
+  Fixture f(MakeLayer(config, 19, 33, rng), 2);
+  INFO(Configs()[config].name << " seed=" << seed);
+  const int64_t T = 24;
+  const TokenData data = RandomTokens(f.layer, T, rng);
+  const EncodedTokens tokens = EncodeTokens(data, LUMEN_DTYPE_FLOAT32);
+  const StateValues initial = RandomValues(f.layer, rng);
+  SessionPtr alone = f.Session();
+  SessionPtr probed = f.Session();
+  Write(alone.get(), f.layer, initial);
+  Write(probed.get(), f.layer, initial);
+  OutputBuffer alone_out, probed_out;
+  alone_out.Reset(T * f.layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
+  probed_out.Reset(T * f.layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
+  auto step = [&](lumen_session* s, OutputBuffer* out, int64_t t) {
+    const lumen_layer_inputs in = InputsFor(f.layer, tokens, t, 1);
+    lumen_layer_output o = out->Output(t * f.layer.VPerToken(), f.layer.VPerToken());
+    const lumen_status st = lumen_session_step(s, 0, &in, &o);
+    INFO("at token " << t << ": " << LastError(st));
+    REQUIRE(st == LUMEN_OK);
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    step(alone.get(), &alone_out, t);
+    step(probed.get(), &probed_out, t);
+    switch (t % 5) {
+      case 0:
+        Read(probed.get(), f.layer);
+        break;
+      case 1: {  // continue in the fork
+        lumen_session* fork = nullptr;
+        REQUIRE(lumen_session_fork(probed.get(), &fork) == LUMEN_OK);
+        probed.reset(fork);
+        break;
+      }
+      case 2: {  // continue in a fresh session restored from a snapshot
+        int64_t size = 0;
+        REQUIRE(lumen_session_snapshot_size(probed.get(), nullptr, &size) == LUMEN_OK);
+        std::vector<char> bytes(size);
+        REQUIRE(lumen_session_snapshot(probed.get(), nullptr, bytes.data(), size, nullptr) ==
+                LUMEN_OK);
+        probed = f.Session();
+        REQUIRE(lumen_session_restore(probed.get(), bytes.data(), size) == LUMEN_OK);
+        break;
+      }
+      case 3: {  // a prefill that gives it no tokens leaves its held write where it is
+        SessionPtr other = f.Session();
+        lumen_session* sessions[] = {probed.get(), other.get()};
+        const int32_t cu_seqlens[] = {0, 0, 1};
+        const lumen_layer_inputs in = InputsFor(f.layer, tokens, t, 1);
+        OutputBuffer other_out;
+        other_out.Reset(f.layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
+        lumen_layer_output o = other_out.Output(0, f.layer.VPerToken());
+        const lumen_status st =
+            lumen_engine_prefill_varlen(f.engine.get(), 0, sessions, 2, cu_seqlens, &in, &o);
+        INFO(LastError(st));
+        REQUIRE(st == LUMEN_OK);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  CHECK(BitwiseEqual(alone_out.Values(), probed_out.Values()));
+  CHECK(BitwiseEqual(Read(alone.get(), f.layer), Read(probed.get(), f.layer)));
+}
+
 TEST_CASE("lumen_engine_step_batch equals per-session steps", "[session][batch]") {
   const int config = GENERATE(range(0, NumConfigs()));
   const int32_t n = GENERATE(1, 3, 7);

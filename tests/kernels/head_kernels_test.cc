@@ -306,15 +306,21 @@ struct Result {
 
 enum class Form { kRecurrent, kChunkwise };
 
+// When the recurrent form's held write (the delta rule's) goes into the state: at the end
+// only, or also where a run is split.
+enum class Apply { kAtEnd, kAtSplit };
+
 // Runs the problem through one form, as one call or split at `split` (0: one call).
 Result RunForm(Form form, const Problem& p, int32_t pad, int32_t split,
-               ChunkWorkspace* workspace) {
+               ChunkWorkspace* workspace, Apply apply = Apply::kAtEnd) {
   Layout layout = MakeLayout(p, pad);
   Result r{{}, p.state, p.normalizer};
   float* normalizer = p.rule.normalize ? r.normalizer.data() : nullptr;
+  std::vector<float> held_k(p.key_dim, kNaN), held_u(p.value_dim, kNaN);
+  HeldWrite write{held_k.data(), held_u.data(), false};
   auto run = [&](const HeadSequence& seq) {
     if (form == Form::kRecurrent) {
-      RunRecurrent(p.rule, seq, r.state.data(), normalizer);
+      RunRecurrent(p.rule, seq, r.state.data(), normalizer, &write);
     } else {
       RunChunkwise(p.rule, seq, r.state.data(), normalizer, workspace);
     }
@@ -323,8 +329,12 @@ Result RunForm(Form form, const Problem& p, int32_t pad, int32_t split,
     run(layout.seq);
   } else {
     run(Slice(layout.seq, 0, split));
+    if (apply == Apply::kAtSplit) ApplyHeldWrite(p.key_dim, p.value_dim, r.state.data(), &write);
     run(Slice(layout.seq, split, p.num_tokens - split));
   }
+  // Only the recurrent form of the delta rule holds a write, and only after a token.
+  CHECK(write.held == (form == Form::kRecurrent && p.rule.delta && p.num_tokens > 0));
+  ApplyHeldWrite(p.key_dim, p.value_dim, r.state.data(), &write);
   r.o = Gather(layout);
   return r;
 }
@@ -422,11 +432,15 @@ TEST_CASE("A split run equals one run", "[kernels][cpu]") {
     const Result chunk_whole = RunForm(Form::kChunkwise, p, 3, 0, &workspace);
     for (int32_t split : {1, 17, 43, 63, 64, 65, 100, 129}) {
       INFO(config.name << " split=" << split);
-      // The recurrent form does the same arithmetic however the tokens are split.
-      const Result rec = RunForm(Form::kRecurrent, p, 3, split, &workspace);
-      CHECK(rec.o == rec_whole.o);
-      CHECK(rec.state == rec_whole.state);
-      CHECK(rec.normalizer == rec_whole.normalizer);
+      // The recurrent form does the same arithmetic however the tokens are split, and
+      // whether or not the delta rule's held write goes into the state at the split.
+      for (Apply apply : {Apply::kAtEnd, Apply::kAtSplit}) {
+        INFO("applied at the split: " << (apply == Apply::kAtSplit));
+        const Result rec = RunForm(Form::kRecurrent, p, 3, split, &workspace, apply);
+        CHECK(rec.o == rec_whole.o);
+        CHECK(rec.state == rec_whole.state);
+        CHECK(rec.normalizer == rec_whole.normalizer);
+      }
       // The chunkwise form's chunk boundaries move with the split; it must still agree.
       const Result chunk = RunForm(Form::kChunkwise, p, 3, split, &workspace);
       CheckAgainst(chunk, ref, kChunkwiseBound);
@@ -474,7 +488,7 @@ TEST_CASE("An empty sequence leaves the state alone", "[kernels][cpu]") {
   Layout layout = MakeLayout(p, 0);
   layout.seq.num_tokens = 0;
   std::vector<float> state = p.state, normalizer = p.normalizer;
-  RunRecurrent(p.rule, layout.seq, state.data(), normalizer.data());
+  RunRecurrent(p.rule, layout.seq, state.data(), normalizer.data(), nullptr);
   RunChunkwise(p.rule, layout.seq, state.data(), normalizer.data(), &workspace);
   CHECK(state == p.state);
   CHECK(normalizer == p.normalizer);
