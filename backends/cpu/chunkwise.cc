@@ -32,6 +32,7 @@
 
 #include "backends/cpu/head_kernels.h"
 #include "backends/cpu/kernel_targets.h"
+#include "backends/cpu/prefetch.h"
 #include "backends/cpu/small_matmul.h"
 #include "backends/cpu/transpose.h"
 #include "backends/cpu/vector_math.h"
@@ -122,9 +123,18 @@ ChunkScratch CarveScratch(int32_t key_dim, int32_t value_dim, ChunkWorkspace* wo
   return s;
 }
 
-// Step 1: the chunk's q and k rows, contiguous, and K^T.
-void LoadChunk(const HeadSequence& seq, int32_t start, int32_t length, const ChunkScratch& s) {
+// Step 1: the chunk's q and k rows, contiguous, and K^T. The rows of v, g and o that the
+// later steps read or write in place are asked for now, into L2 (prefetch.h).
+void LoadChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, int32_t length,
+               const ChunkScratch& s) {
   const int32_t key_dim = seq.key_dim;
+  const int64_t row_bytes = seq.value_dim * int64_t{sizeof(float)};
+  const bool vector_gate = rule.gate == GateKind::kVector;
+  for (int32_t t = 0; t < length; ++t) {
+    PrefetchBytes<2>(seq.v + (start + t) * seq.v_stride, row_bytes);
+    PrefetchBytes<2>(seq.o + (start + t) * seq.o_stride, row_bytes);
+    if (vector_gate) PrefetchBytes<2>(seq.g + (start + t) * seq.g_stride, key_dim * 4);
+  }
   for (int32_t t = 0; t < length; ++t) {
     std::copy_n(seq.q + (start + t) * seq.q_stride, key_dim, s.q + t * key_dim);
     std::copy_n(seq.k + (start + t) * seq.k_stride, key_dim, s.k + t * key_dim);
@@ -487,7 +497,7 @@ void RunChunks(const HeadRule& rule, const HeadSequence& seq, float* state, floa
   const ChunkScratch scratch = CarveScratch(seq.key_dim, seq.value_dim, workspace);
   for (int32_t start = 0; start < seq.num_tokens; start += kChunkSize) {
     const int32_t length = std::min(kChunkSize, seq.num_tokens - start);
-    LoadChunk(seq, start, length, scratch);
+    LoadChunk(rule, seq, start, length, scratch);
     ScaleChunk(rule, seq, start, length, scratch);
     if (rule.gate == GateKind::kVector) {
       ScoresBySubChunk<Shape>(rule, seq.key_dim, length, scratch);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backends/cpu/kernel_targets.h"
+#include "backends/cpu/prefetch.h"
 #include "backends/cpu/small_matmul.h"
 #include "backends/cpu/vector_math.h"
 #include "src/dtype_convert.h"
@@ -107,12 +108,16 @@ inline void RawGatesToLogDecays(float minus_a, const float* raw, const float* dt
   for (int64_t i = 0; i < count; ++i) out[i] = minus_a * VectorSoftplus(raw[i] + dt_bias[i]);
 }
 
+// Rows a head's walk over its tokens asks for ahead (prefetch.h).
+constexpr int64_t kPrefetchRows = 4;
+
 // `rows` rows of q or k (K floats, `stride` apart) into dst (contiguous): l2norm (optional),
 // then the feature map, then times scale.
 inline void TransformQueryOrKeyRows(const LayerSpec& spec, float scale, const float* src,
                                     int64_t stride, int64_t rows, float* dst) {
   const int32_t dim = spec.key_dim;
   for (int64_t r = 0; r < rows; ++r, src += stride, dst += dim) {
+    PrefetchBytes(src + kPrefetchRows * stride, dim * sizeof(float));
     if (spec.feature_map == FeatureMap::kIdentity) {
       float factor = scale;
       if (spec.qk_l2norm) factor /= std::sqrt(Dot(src, src, dim) + 1e-6f);
@@ -226,6 +231,7 @@ void PrepareHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int32_t 
       float* gates = scratch->g.data();
       for (int64_t t = 0; t < count; ++t) {
         const float* raw = seq->g + t * seq->g_stride;
+        PrefetchBytes(raw + kPrefetchRows * seq->g_stride, per_head * sizeof(float));
         if (per_head > 1) {
           RawGatesToLogDecays(minus_a, raw, bias, K, gates + t * K);
           continue;
