@@ -56,13 +56,13 @@ inline float Negligible(float factor) { return factor < kNegligibleFactor ? 0.0f
 struct ChunkScratch {
   float* q;           // [C, K] the chunk's q rows, contiguous
   float* k;           // [C, K] its k rows
-  float* k_t;         // [K, C] K^T
+  float* k_t;         // [K, C] K^T (no gate or a scalar gate)
   float* decay;       // [C, G] e_t; G = K for a vector gate, 1 for a scalar gate
   float* from_start;  // [C, G] a_t
   float* to_end;      // [C, G] z_t
   float* q_hat;       // [C, K] Qh
   float* k_hat;       // [C, K] Kh, delta rule
-  float* k_end_t;     // [K, C] (K ⊙ z)^T
+  float* k_end_t;     // [K, C] (K ⊙ z)^T; a vector gate: K ⊙ z, [C, K]
   float* local;       // [C, K] vector gate: F[t, r] for t in the sub-chunk that starts at r
   float* tail;        // [C, K] vector gate: F[last, s] for s in the sub-chunk that ends at last
   float* rows;        // [C, K] vector gate: one sub-chunk's q rows times F[t, r]
@@ -123,7 +123,7 @@ ChunkScratch CarveScratch(int32_t key_dim, int32_t value_dim, ChunkWorkspace* wo
   return s;
 }
 
-// Step 1: the chunk's q and k rows, contiguous, and K^T. The rows of v, g and o that the
+// Step 1: the chunk's q and k rows, contiguous, and K^T where the scores read it. The rows of v, g and o that the
 // later steps read or write in place are asked for now, into L2 (prefetch.h).
 void LoadChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, int32_t length,
                const ChunkScratch& s) {
@@ -139,11 +139,11 @@ void LoadChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, int
     std::copy_n(seq.q + (start + t) * seq.q_stride, key_dim, s.q + t * key_dim);
     std::copy_n(seq.k + (start + t) * seq.k_stride, key_dim, s.k + t * key_dim);
   }
-  Transpose(length, key_dim, s.k, key_dim, s.k_t, length);
+  if (rule.gate != GateKind::kVector) Transpose(length, key_dim, s.k, key_dim, s.k_t, length);
 }
 
-// Step 2: e, a and z, then Qh, Kh and (K ⊙ z)^T. No gate: Qh = Q, Kh = K, (K ⊙ z)^T = K^T,
-// read where they are.
+// Step 2: e, a and z, then Qh, Kh and (K ⊙ z)^T (for a vector gate K ⊙ z, which the state
+// update reads as A^T). No gate: Qh = Q, Kh = K, (K ⊙ z)^T = K^T, read where they are.
 void ScaleChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, int32_t length,
                 const ChunkScratch& s) {
   const int32_t key_dim = seq.key_dim;
@@ -178,7 +178,7 @@ void ScaleChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, in
     const float* k = s.k + row;
     float* q_hat = s.q_hat + row;
     float* k_hat = s.k_hat + row;
-    if (width == 1) {
+    if (rule.gate == GateKind::kScalar) {
 #pragma omp simd
       for (int32_t i = 0; i < key_dim; ++i) q_hat[i] = q[i] * a[0];
       if (rule.delta) {
@@ -194,23 +194,22 @@ void ScaleChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, in
       }
     }
   }
-  if (width == 1) {  // (K ⊙ z)^T: row i of K^T times z
+  if (rule.gate == GateKind::kScalar) {  // (K ⊙ z)^T: row i of K^T times z
     for (int32_t i = 0; i < key_dim; ++i) {
       const float* k_t = s.k_t + i * length;
       float* out = s.k_end_t + i * length;
 #pragma omp simd
       for (int32_t t = 0; t < length; ++t) out[t] = k_t[t] * s.to_end[t];
     }
-  } else {  // K ⊙ z row by row into `columns`, then transposed
+  } else {  // K ⊙ z row by row
     for (int32_t t = 0; t < length; ++t) {
       const int64_t row = static_cast<int64_t>(t) * key_dim;
       const float* z = s.to_end + row;
       const float* k = s.k + row;
-      float* out = s.columns + row;
+      float* out = s.k_end_t + row;
 #pragma omp simd
       for (int32_t i = 0; i < key_dim; ++i) out[i] = k[i] * z[i];
     }
-    Transpose(length, key_dim, s.columns, key_dim, s.k_end_t, length);
   }
 }
 
@@ -485,10 +484,12 @@ void UpdateState(const HeadRule& rule, const HeadSequence& seq, int32_t length,
   const float* total = s.from_start + (length - 1) * GateWidth(rule.gate, key_dim);
   if (rule.gate == GateKind::kScalar) {
     std::fill_n(s.factor, key_dim, total[0]);
-    total = s.factor;
+    MatMul<Shape>(key_dim, value_dim, length, s.k_end_t, length, u.rows, u.stride, state,
+                  value_dim, Landing::kScaleAdd, s.factor);
+    return;
   }
-  MatMul<Shape>(key_dim, value_dim, length, s.k_end_t, length, u.rows, u.stride, state,
-                value_dim, Landing::kScaleAdd, total);
+  MatMul<Shape, ALayout::kColumns>(key_dim, value_dim, length, s.k_end_t, key_dim, u.rows,
+                                   u.stride, state, value_dim, Landing::kScaleAdd, total);
 }
 
 template <class Shape>

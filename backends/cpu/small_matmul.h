@@ -44,6 +44,17 @@ struct FloatVector<16> {
   typedef float Type __attribute__((vector_size(64)));
 };
 
+// Where A's element (r, q) lies: a[r * lda + q] (rows), or a[q * lda + r] (A given as its
+// transpose, [p, m]: a product that needs A^T of a row-major matrix reads it in place instead
+// of transposing it first; the tile's broadcasts then come from one row of it).
+enum class ALayout { kRows, kColumns };
+
+template <ALayout kA>
+[[gnu::always_inline]] inline const float* AAt(const float* a, int64_t lda, int64_t r,
+                                               int64_t q) {
+  return kA == ALayout::kRows ? a + r * lda + q : a + q * lda + r;
+}
+
 // How a product lands in C.
 enum class Landing {
   kAdd,        // C += A B
@@ -52,7 +63,7 @@ enum class Landing {
 };
 
 // C[kRows, kVectors * kWidth] (+)= A[kRows, p] B[p, kVectors * kWidth].
-template <int32_t kWidth, int32_t kRows, int32_t kVectors>
+template <int32_t kWidth, int32_t kRows, int32_t kVectors, ALayout kA>
 [[gnu::always_inline]] inline void MatMulTile(int32_t p, const float* a, int64_t lda,
                                               const float* b, int64_t ldb, float* c,
                                               int64_t ldc, Landing landing,
@@ -72,7 +83,7 @@ template <int32_t kWidth, int32_t kRows, int32_t kVectors>
     }
 #pragma GCC unroll 16
     for (int32_t r = 0; r < kRows; ++r) {
-      const float a_rq = a[r * lda + q];
+      const float a_rq = *AAt<kA>(a, lda, r, q);
 #pragma GCC unroll 4
       for (int32_t v = 0; v < kVectors; ++v) acc[r][v] += a_rq * b_row[v];
     }
@@ -96,7 +107,7 @@ template <int32_t kWidth, int32_t kRows, int32_t kVectors>
 
 // One column strip of kVectors * kWidth floats, all m rows: whole tiles, then 4-, 2- and
 // 1-row tiles for the rest. The strip of B (p x strip floats) stays in L1 across the tiles.
-template <class Shape, int32_t kVectors>
+template <class Shape, int32_t kVectors, ALayout kA>
 [[gnu::always_inline]] inline void MatMulStrip(int32_t m, int32_t p, const float* a,
                                                int64_t lda, const float* b, int64_t ldb,
                                                float* c, int64_t ldc, Landing landing,
@@ -104,22 +115,23 @@ template <class Shape, int32_t kVectors>
   constexpr int32_t kWidth = Shape::kWidth;
   int32_t i = 0;
   for (; i + Shape::kRows <= m; i += Shape::kRows) {
-    MatMulTile<kWidth, Shape::kRows, kVectors>(p, a + i * lda, lda, b, ldb, c + i * ldc, ldc,
-                                               landing, row_scale ? row_scale + i : nullptr);
+    MatMulTile<kWidth, Shape::kRows, kVectors, kA>(p, AAt<kA>(a, lda, i, 0), lda, b, ldb,
+                                                   c + i * ldc, ldc, landing,
+                                                   row_scale ? row_scale + i : nullptr);
   }
   if (Shape::kRows > 4 && i + 4 <= m) {
-    MatMulTile<kWidth, 4, kVectors>(p, a + i * lda, lda, b, ldb, c + i * ldc, ldc, landing,
-                                    row_scale ? row_scale + i : nullptr);
+    MatMulTile<kWidth, 4, kVectors, kA>(p, AAt<kA>(a, lda, i, 0), lda, b, ldb, c + i * ldc, ldc,
+                                        landing, row_scale ? row_scale + i : nullptr);
     i += 4;
   }
   if (Shape::kRows > 2 && i + 2 <= m) {
-    MatMulTile<kWidth, 2, kVectors>(p, a + i * lda, lda, b, ldb, c + i * ldc, ldc, landing,
-                                    row_scale ? row_scale + i : nullptr);
+    MatMulTile<kWidth, 2, kVectors, kA>(p, AAt<kA>(a, lda, i, 0), lda, b, ldb, c + i * ldc, ldc,
+                                        landing, row_scale ? row_scale + i : nullptr);
     i += 2;
   }
   for (; i < m; ++i) {
-    MatMulTile<kWidth, 1, kVectors>(p, a + i * lda, lda, b, ldb, c + i * ldc, ldc, landing,
-                                    row_scale ? row_scale + i : nullptr);
+    MatMulTile<kWidth, 1, kVectors, kA>(p, AAt<kA>(a, lda, i, 0), lda, b, ldb, c + i * ldc, ldc,
+                                        landing, row_scale ? row_scale + i : nullptr);
   }
 }
 
@@ -140,7 +152,7 @@ template <int32_t kStripWidth>
 }
 
 // One strip of columns, kVectors * kWidth wide, through packed panels of kPanelDepth rows of B.
-template <class Shape, int32_t kVectors>
+template <class Shape, int32_t kVectors, ALayout kA>
 [[gnu::always_inline]] inline void PackedStrip(int32_t m, int32_t p, const float* a,
                                                int64_t lda, const float* b, int64_t ldb,
                                                float* c, int64_t ldc, Landing landing,
@@ -149,14 +161,14 @@ template <class Shape, int32_t kVectors>
   for (int32_t d = 0; d < p; d += kPanelDepth) {
     const int32_t depth = p - d < kPanelDepth ? p - d : kPanelDepth;
     PackPanel<kStripWidth>(depth, b + d * ldb, ldb, panel);
-    MatMulStrip<Shape, kVectors>(m, depth, a + d, lda, panel, kStripWidth, c, ldc,
-                                 d == 0 ? landing : Landing::kAdd, row_scale);
+    MatMulStrip<Shape, kVectors, kA>(m, depth, AAt<kA>(a, lda, 0, d), lda, panel, kStripWidth,
+                                     c, ldc, d == 0 ? landing : Landing::kAdd, row_scale);
   }
 }
 
 // c[m, n] (+)= a[m, p] b[p, n] as `landing` says; leading dimensions in floats; row_scale
-// [m] with Landing::kScaleAdd only.
-template <class Shape>
+// [m] with Landing::kScaleAdd only. kA = ALayout::kColumns: `a` holds A^T, [p, m].
+template <class Shape, ALayout kA = ALayout::kRows>
 inline void MatMul(int32_t m, int32_t n, int32_t p, const float* a, int64_t lda,
                    const float* b, int64_t ldb, float* c, int64_t ldc,
                    Landing landing = Landing::kAdd, const float* row_scale = nullptr) {
@@ -165,17 +177,17 @@ inline void MatMul(int32_t m, int32_t n, int32_t p, const float* a, int64_t lda,
   alignas(64) float panel[kPanelDepth * kStrip];
   int32_t j = 0;
   for (; j + kStrip <= n; j += kStrip) {
-    PackedStrip<Shape, Shape::kVectors>(m, p, a, lda, b + j, ldb, c + j, ldc, landing,
-                                        row_scale, panel);
+    PackedStrip<Shape, Shape::kVectors, kA>(m, p, a, lda, b + j, ldb, c + j, ldc, landing,
+                                            row_scale, panel);
   }
   for (; j + kWidth <= n; j += kWidth) {
-    PackedStrip<Shape, 1>(m, p, a, lda, b + j, ldb, c + j, ldc, landing, row_scale, panel);
+    PackedStrip<Shape, 1, kA>(m, p, a, lda, b + j, ldb, c + j, ldc, landing, row_scale, panel);
   }
   if (j == n) return;
   for (int32_t i = 0; i < m; ++i) {  // the last columns, fewer than a vector
     for (int32_t jj = j; jj < n; ++jj) {
       float sum = 0.0f;
-      for (int32_t q = 0; q < p; ++q) sum += a[i * lda + q] * b[q * ldb + jj];
+      for (int32_t q = 0; q < p; ++q) sum += *AAt<kA>(a, lda, i, q) * b[q * ldb + jj];
       float& out = c[i * ldc + jj];
       switch (landing) {
         case Landing::kAdd: out += sum; break;
@@ -199,8 +211,9 @@ template <class Shape, int32_t kVectors>
     for (int32_t i = d / Shape::kRows * Shape::kRows; i < m; i += Shape::kRows) {
       const int32_t rows = m - i < Shape::kRows ? m - i : Shape::kRows;
       const int32_t end = i + rows < d + depth ? i + rows : d + depth;  // a's last column + 1
-      MatMulStrip<Shape, kVectors>(rows, end - d, a + i * lda + d, lda, panel, kStripWidth,
-                                   c + i * ldc, ldc, Landing::kAdd, nullptr);
+      MatMulStrip<Shape, kVectors, ALayout::kRows>(rows, end - d, a + i * lda + d, lda, panel,
+                                                   kStripWidth, c + i * ldc, ldc, Landing::kAdd,
+                                                   nullptr);
     }
   }
 }

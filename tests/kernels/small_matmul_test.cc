@@ -1,6 +1,7 @@
 // The chunkwise form's register-blocked products against a plain triple loop: every landing,
-// sizes that leave partial tiles, partial strips and columns past the last vector, and depths
-// over one packed panel (kPanelDepth), so that each path of small_matmul.h runs.
+// both layouts of A, sizes that leave partial tiles, partial strips and columns past the last
+// vector, and depths over one packed panel (kPanelDepth), so that each path of
+// small_matmul.h runs.
 
 #include "backends/cpu/small_matmul.h"
 
@@ -81,6 +82,15 @@ void CheckShape() {
           std::vector<float> c = o.c;
           MatMul<Shape>(m, n, p, o.a.data(), o.lda, o.b.data(), o.ldb, c.data(), o.ldc,
                         landing, o.row_scale.data());
+          CheckProduct(o, c, landing);
+          // A given as its transpose, [p, m] with a padded leading dimension.
+          const int64_t lda_t = m + 3;
+          std::vector<float> a_t(static_cast<size_t>(p) * lda_t, std::nanf(""));
+          for (int32_t i = 0; i < m; ++i)
+            for (int32_t q = 0; q < p; ++q) a_t[q * lda_t + i] = o.a[i * o.lda + q];
+          c = o.c;
+          MatMul<Shape, ALayout::kColumns>(m, n, p, a_t.data(), lda_t, o.b.data(), o.ldb,
+                                           c.data(), o.ldc, landing, o.row_scale.data());
           CheckProduct(o, c, landing);
         }
       }
