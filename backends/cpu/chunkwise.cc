@@ -54,8 +54,10 @@ inline float Negligible(float factor) { return factor < kNegligibleFactor ? 0.0f
 // Views into ChunkWorkspace::buffer; C = kChunkSize rows are reserved, the first `length`
 // used. Matrices indexed by token use the chunk's length as leading dimension.
 struct ChunkScratch {
-  float* q;           // [C, K] the chunk's q rows, contiguous
-  float* k;           // [C, K] its k rows
+  const float* q;     // [C, K] the chunk's q rows, contiguous: in place or copied into q_rows
+  const float* k;     // [C, K] its k rows, likewise
+  float* q_rows;      // [C, K] room for copies of strided rows
+  float* k_rows;      // [C, K]
   float* k_t;         // [K, C] K^T (no gate or a scalar gate)
   float* decay;       // [C, G] e_t; G = K for a vector gate, 1 for a scalar gate
   float* from_start;  // [C, G] a_t
@@ -100,8 +102,8 @@ ChunkScratch CarveScratch(int32_t key_dim, int32_t value_dim, ChunkWorkspace* wo
     return view;
   };
   ChunkScratch s;
-  s.q = take(c * k);
-  s.k = take(c * k);
+  s.q = s.q_rows = take(c * k);
+  s.k = s.k_rows = take(c * k);
   s.k_t = take(c * k);
   s.decay = take(c * k);
   s.from_start = take(c * k);
@@ -123,10 +125,13 @@ ChunkScratch CarveScratch(int32_t key_dim, int32_t value_dim, ChunkWorkspace* wo
   return s;
 }
 
-// Step 1: the chunk's q and k rows, contiguous, and K^T where the scores read it. The rows of v, g and o that the
-// later steps read or write in place are asked for now, into L2 (prefetch.h).
+// Step 1: the chunk's q and k rows, contiguous (read in place where they are already, as
+// PrepareHeadInputs leaves transformed rows), and K^T where the scores read it. The rows of
+// v, g and o that the later steps read or write in place are asked for now, into L2
+// (prefetch.h).
 void LoadChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, int32_t length,
-               const ChunkScratch& s) {
+               ChunkScratch* chunk) {
+  ChunkScratch& s = *chunk;
   const int32_t key_dim = seq.key_dim;
   const int64_t row_bytes = seq.value_dim * int64_t{sizeof(float)};
   const bool vector_gate = rule.gate == GateKind::kVector;
@@ -135,10 +140,15 @@ void LoadChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, int
     PrefetchBytes<2>(seq.o + (start + t) * seq.o_stride, row_bytes);
     if (vector_gate) PrefetchBytes<2>(seq.g + (start + t) * seq.g_stride, key_dim * 4);
   }
-  for (int32_t t = 0; t < length; ++t) {
-    std::copy_n(seq.q + (start + t) * seq.q_stride, key_dim, s.q + t * key_dim);
-    std::copy_n(seq.k + (start + t) * seq.k_stride, key_dim, s.k + t * key_dim);
-  }
+  auto rows = [&](const float* x, int64_t stride, float* copy) -> const float* {
+    if (stride == key_dim) return x + start * stride;
+    for (int32_t t = 0; t < length; ++t) {
+      std::copy_n(x + (start + t) * stride, key_dim, copy + t * key_dim);
+    }
+    return copy;
+  };
+  s.q = rows(seq.q, seq.q_stride, s.q_rows);
+  s.k = rows(seq.k, seq.k_stride, s.k_rows);
   if (rule.gate != GateKind::kVector) Transpose(length, key_dim, s.k, key_dim, s.k_t, length);
 }
 
@@ -495,10 +505,10 @@ void UpdateState(const HeadRule& rule, const HeadSequence& seq, int32_t length,
 template <class Shape>
 void RunChunks(const HeadRule& rule, const HeadSequence& seq, float* state, float* normalizer,
                ChunkWorkspace* workspace) {
-  const ChunkScratch scratch = CarveScratch(seq.key_dim, seq.value_dim, workspace);
+  ChunkScratch scratch = CarveScratch(seq.key_dim, seq.value_dim, workspace);
   for (int32_t start = 0; start < seq.num_tokens; start += kChunkSize) {
     const int32_t length = std::min(kChunkSize, seq.num_tokens - start);
-    LoadChunk(rule, seq, start, length, scratch);
+    LoadChunk(rule, seq, start, length, &scratch);
     ScaleChunk(rule, seq, start, length, scratch);
     if (rule.gate == GateKind::kVector) {
       ScoresBySubChunk<Shape>(rule, seq.key_dim, length, scratch);
