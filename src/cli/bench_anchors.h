@@ -45,9 +45,10 @@ Timing TimeReadModifyWrite(SpinTeam& team, int64_t bytes, int32_t repeats,
                            double min_seconds);
 
 // Per block of `block_bytes` (one head's state), a read pass (a sum of its floats) and then
-// the read-modify-write pass above: the memory traffic of the delta rule's two passes over a
-// head, without its arithmetic. Blocks are split across the team's threads as lumen splits
-// a step's heads (contiguous runs, one per thread).
+// the read-modify-write pass above: the memory traffic of a delta rule that reads a head for
+// S'^T k before it writes it (two passes), without its arithmetic; lumen's step holds its
+// write back and makes one pass (backends/cpu/recurrent.cc). Blocks are split across the
+// team's threads as lumen splits a step's heads (contiguous runs, one per thread).
 Timing TimeReadThenReadModifyWrite(SpinTeam& team, int64_t bytes, int64_t block_bytes,
                                    int32_t repeats, double min_seconds);
 

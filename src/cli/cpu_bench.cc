@@ -73,7 +73,8 @@ void PrintUsage(std::FILE* to) {
       "T tokens) of every family at HV = 32, K = V = 128, fp32 state, with the caller's\n"
       "buffers on a cache line and 16 bytes off one. Beside them, measured in the same run:\n"
       "memcpy and an in-place read-modify-write pass (RMW) over the same bytes of state, a\n"
-      "read pass then the RMW pass over each head's state (2-pass: the delta rule's traffic),\n"
+      "read pass then the RMW pass over each head's state (2-pass: the traffic of a delta\n"
+      "rule that reads a head before it writes it; lumen's holds its write back instead),\n"
       "the fp32 matrix-product peak of a register-blocked sgemm, and lumen_session_step token\n"
       "by token. Times are the best of R repeats (default 5), with the spread worst/best - 1.\n"
       "--quick runs a few small cases once (a smoke test; its numbers mean nothing).\n");
