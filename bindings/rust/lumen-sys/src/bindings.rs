@@ -559,9 +559,11 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,"]
-    #[doc = " if layer is -1, the bytes a session allocates for the whole model: the layers' bytes plus"]
+    #[doc = " if layer is -1, the bytes of a session's state for the whole model: the layers' bytes plus"]
     #[doc = " the padding that aligns each layer to 64 bytes. Independent of how many tokens the session"]
-    #[doc = " has consumed."]
+    #[doc = " has consumed. A CPU engine allocates a little more beside it: for each delta-rule layer"]
+    #[doc = " with fp32 state, 64 bytes and (K + V) floats per value head, where a step holds back its"]
+    #[doc = " last write so that the next one passes over the state once (never visible in the state)."]
     pub fn lumen_model_state_bytes(
         model: *const lumen_model,
         layer: i32,

@@ -336,9 +336,11 @@ def lumen_model_state_count(model, layer, part):
 def lumen_model_state_bytes(model, layer):
     r"""
     Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,
-    if layer is -1, the bytes a session allocates for the whole model: the layers' bytes plus
+    if layer is -1, the bytes of a session's state for the whole model: the layers' bytes plus
     the padding that aligns each layer to 64 bytes. Independent of how many tokens the session
-    has consumed.
+    has consumed. A CPU engine allocates a little more beside it: for each delta-rule layer
+    with fp32 state, 64 bytes and (K + V) floats per value head, where a step holds back its
+    last write so that the next one passes over the state once (never visible in the state).
     """
     return _capi.lumen_model_state_bytes(model, layer)
 class lumen_engine_options(object):

@@ -8451,9 +8451,11 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "lumen_model_state_bytes", _wrap_lumen_model_state_bytes, METH_VARARGS, "\n"
 		"Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,\n"
-		"if layer is -1, the bytes a session allocates for the whole model: the layers' bytes plus\n"
+		"if layer is -1, the bytes of a session's state for the whole model: the layers' bytes plus\n"
 		"the padding that aligns each layer to 64 bytes. Independent of how many tokens the session\n"
-		"has consumed.\n"
+		"has consumed. A CPU engine allocates a little more beside it: for each delta-rule layer\n"
+		"with fp32 state, 64 bytes and (K + V) floats per value head, where a step holds back its\n"
+		"last write so that the next one passes over the state once (never visible in the state).\n"
 		""},
 	 { "lumen_engine_options_backend_set", _wrap_lumen_engine_options_backend_set, METH_VARARGS, NULL},
 	 { "lumen_engine_options_backend_get", _wrap_lumen_engine_options_backend_get, METH_O, NULL},

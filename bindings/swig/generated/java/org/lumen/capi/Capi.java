@@ -215,9 +215,11 @@ public class Capi implements CapiConstants {
 
   /**
    * Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,<br>
-   * if layer is -1, the bytes a session allocates for the whole model: the layers' bytes plus<br>
+   * if layer is -1, the bytes of a session's state for the whole model: the layers' bytes plus<br>
    * the padding that aligns each layer to 64 bytes. Independent of how many tokens the session<br>
-   * has consumed.
+   * has consumed. A CPU engine allocates a little more beside it: for each delta-rule layer<br>
+   * with fp32 state, 64 bytes and (K + V) floats per value head, where a step holds back its<br>
+   * last write so that the next one passes over the state once (never visible in the state).
    */
   public static int lumen_model_state_bytes(long model, int layer, long[] out) {
     int status = CapiJNI.lumen_model_state_bytes(model, layer, out);
