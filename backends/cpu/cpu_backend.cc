@@ -64,6 +64,7 @@ absl::Status CpuBackend::ZeroState(void* block, int64_t bytes) {
 }
 
 absl::Status CpuBackend::CopyState(void* dst, const void* src, int64_t bytes) {
+  if (held_writes_.CopyWholeBlock(dst, src, bytes)) return absl::OkStatus();  // a fork
   held_writes_.BeforeRead(src, bytes);
   held_writes_.BeforeOverwrite(dst, bytes);
   std::memcpy(dst, src, bytes);

@@ -109,6 +109,19 @@ void HeldWrites::Settle(const void* p, int64_t bytes, bool drop_covered) {
   }
 }
 
+bool HeldWrites::CopyWholeBlock(void* dst, const void* src, int64_t bytes) {
+  if (!HasRegions(bytes)) return false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (blocks_.count(static_cast<const char*>(src)) == 0 ||
+        blocks_.count(static_cast<const char*>(dst)) == 0) {
+      return false;
+    }
+  }
+  std::memcpy(dst, src, region_start_ + region_bytes_);
+  return true;
+}
+
 void HeldWrites::BeforeRead(const void* p, int64_t bytes) { Settle(p, bytes, false); }
 
 void HeldWrites::BeforeOverwrite(void* p, int64_t bytes) { Settle(p, bytes, true); }

@@ -34,6 +34,11 @@ class HeldWrites {
   void Add(void* block);
   void Remove(void* block);
 
+  // Copies a whole registered block of the planned size into another, its held writes with
+  // it (cheaper than applying them first); false, copying nothing, for anything else.
+  // Thread-safe.
+  bool CopyWholeBlock(void* dst, const void* src, int64_t bytes);
+
   // Before [p, p + bytes) of a registered block is read: applies the held writes of every
   // layer whose matrix it overlaps. Any other pointer is left alone. Thread-safe.
   void BeforeRead(const void* p, int64_t bytes);

@@ -429,9 +429,10 @@ TEST_CASE("reading, forking, snapshotting or prefilling between steps changes no
       case 0:
         Read(probed.get(), f.layer);
         break;
-      case 1: {  // continue in the fork
+      case 1: {  // continue in the fork, which copied the held write; the parent reads alike
         lumen_session* fork = nullptr;
         REQUIRE(lumen_session_fork(probed.get(), &fork) == LUMEN_OK);
+        CHECK(BitwiseEqual(Read(probed.get(), f.layer), Read(alone.get(), f.layer)));
         probed.reset(fork);
         break;
       }
