@@ -138,7 +138,9 @@ void LoadChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, int
   for (int32_t t = 0; t < length; ++t) {
     PrefetchBytes<2>(seq.v + (start + t) * seq.v_stride, row_bytes);
     PrefetchBytes<2>(seq.o + (start + t) * seq.o_stride, row_bytes);
-    if (vector_gate) PrefetchBytes<2>(seq.g + (start + t) * seq.g_stride, key_dim * 4);
+    if (vector_gate) {
+      PrefetchBytes<2>(seq.g + (start + t) * seq.g_stride, key_dim * sizeof(float));
+    }
   }
   auto rows = [&](const float* x, int64_t stride, float* copy) -> const float* {
     if (stride == key_dim) return x + start * stride;

@@ -1,7 +1,7 @@
 #include "backends/cpu/held_writes.h"
 
-#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "src/checked_int.h"
 #include "src/model.h"

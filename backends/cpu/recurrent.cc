@@ -20,6 +20,7 @@
 
 #include "backends/cpu/head_kernels.h"
 #include "backends/cpu/kernel_targets.h"
+#include "backends/cpu/prefetch.h"
 #include "backends/cpu/vector_math.h"
 
 namespace lumen::cpu {
@@ -111,13 +112,6 @@ template <typename Vec>
   std::memcpy(p, &x, sizeof(Vec));
 }
 
-// Prefetches the lines of `bytes` bytes at p into L2, where the next tile reads them.
-[[gnu::always_inline]] inline void PrefetchRow(const float* p, int32_t bytes) {
-  for (int32_t offset = 0; offset < bytes; offset += 64) {
-    __builtin_prefetch(reinterpret_cast<const char*>(p) + offset, 0, 2);
-  }
-}
-
 // Runs kernel(column, width, vectors, prefetch_bytes) over one token's tiles: whole tiles
 // of the shape, then single vectors, then single columns; width and vectors are
 // std::integral_constant, prefetch_bytes what of each row of the next tile to prefetch.
@@ -181,7 +175,7 @@ template <int32_t kWidth, int32_t kVectors, bool kDecays>
     const float* q = token.q + first;
     for (int32_t i = 0; i < count; ++i) {
       float* row = rows + static_cast<int64_t>(i) * value_dim;
-      if (prefetch_bytes > 0) PrefetchRow(row + kWidth * kVectors, prefetch_bytes);
+      if (prefetch_bytes > 0) PrefetchBytes<2>(row + kWidth * kVectors, prefetch_bytes);
       const float a = f.decay[i];
 #pragma GCC unroll 8
       for (int32_t c = 0; c < kVectors; ++c) {
@@ -233,7 +227,7 @@ template <int32_t kWidth, int32_t kVectors, bool kDecays, bool kHeld>
     const float* k_held = held_k + first;
     for (int32_t i = 0; i < count; ++i) {
       float* row = rows + static_cast<int64_t>(i) * value_dim;
-      if (prefetch_bytes > 0) PrefetchRow(row + kWidth * kVectors, prefetch_bytes);
+      if (prefetch_bytes > 0) PrefetchBytes<2>(row + kWidth * kVectors, prefetch_bytes);
       const float a = f.decay[i];
 #pragma GCC unroll 8
       for (int32_t c = 0; c < kVectors; ++c) {
