@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -649,10 +648,11 @@ ChunkwiseArgs ChunkwiseShape(const LayerSpec& spec, int32_t num_sequences, int32
   return args;
 }
 
-// The chunkwise kernel's scratch for `num_sequences` sequences, the longest of `longest`
-// tokens. ChunkwiseScratchBytes checks the arguments as a launch would, pointers included,
-// and reads only the shapes: every array the launch will have points at a placeholder.
-int64_t ChunkScratchBytes(const LayerSpec& spec, int32_t num_sequences, int32_t longest) {
+// The arguments a chunkwise call of `num_sequences` sequences, the longest of `longest`
+// tokens, would have, for sizing its scratch: the sizing checks the arguments as a launch
+// would, pointers included, and reads only the shapes, so every array points at a
+// placeholder.
+ChunkwiseArgs SizingArgs(const LayerSpec& spec, int32_t num_sequences, int32_t longest) {
   static float placeholder;
   static float* placeholder_table[1] = {&placeholder};
   static int32_t placeholder_offsets[1];
@@ -663,7 +663,13 @@ int64_t ChunkScratchBytes(const LayerSpec& spec, int32_t num_sequences, int32_t 
   sizing.states = placeholder_table;
   if (sizing.normalize) sizing.normalizers = placeholder_table;
   sizing.cu_seqlens = placeholder_offsets;
-  return ChunkwiseScratchBytes(sizing);
+  return sizing;
+}
+
+// The chunkwise kernel's scratch for `num_sequences` sequences, the longest of `longest`
+// tokens.
+int64_t ChunkScratchBytes(const LayerSpec& spec, int32_t num_sequences, int32_t longest) {
+  return ChunkwiseScratchBytes(SizingArgs(spec, num_sequences, longest));
 }
 
 // What a prefill's scratch depends on.
@@ -732,15 +738,10 @@ PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run) {
 }
 
 // The chunkwise kernel's most scratch over every number of sequences up to max_sessions, one
-// of them holding all max_tokens tokens (its scratch never shrinks as a sequence grows; it
-// does not grow with the number of sequences everywhere, hence every number is tried).
+// of them holding all max_tokens tokens (its scratch never shrinks as a sequence grows).
 int64_t MostChunkScratchBytes(const LayerSpec& spec, int32_t max_sessions,
                               int32_t max_tokens) {
-  int64_t most = 0;
-  for (int32_t sequences = 1; sequences <= max_sessions; ++sequences) {
-    most = std::max(most, ChunkScratchBytes(spec, sequences, max_tokens));
-  }
-  return most;
+  return MostChunkwiseScratchBytes(SizingArgs(spec, max_sessions, max_tokens));
 }
 
 // The most scratch (bytes) any call over device buffers of at most `max_sessions` sessions
@@ -1004,18 +1005,11 @@ absl::Status CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
 
 absl::Status CudaBackend::Reserve(const Model& model, int32_t max_sessions,
                                   int32_t max_tokens) {
-  // Models repeat a few layer shapes many times: the chunkwise kernel is sized once per shape.
-  std::map<std::vector<int64_t>, int64_t> chunk_bytes;
   int64_t bytes = 0;
   for (int32_t layer = 0; layer < model.num_layers(); ++layer) {
     const LayerSpec& spec = model.layer(layer);
-    const ChunkwiseArgs shape = ChunkwiseShape(spec, 1, 1);
-    const std::vector<int64_t> key = {
-        shape.num_heads, shape.num_value_heads, shape.key_dim, shape.value_dim,
-        static_cast<int64_t>(shape.decay), shape.delta_rule, shape.normalize};
-    auto [known, added] = chunk_bytes.try_emplace(key, 0);
-    if (added) known->second = MostChunkScratchBytes(spec, max_sessions, max_tokens);
-    bytes = std::max(bytes, ReservedBytes(spec, max_sessions, max_tokens, known->second));
+    bytes = std::max(bytes, ReservedBytes(spec, max_sessions, max_tokens,
+                                          MostChunkScratchBytes(spec, max_sessions, max_tokens)));
   }
   if (bytes == 0) return absl::OkStatus();  // no layer call of this model uses scratch
   std::lock_guard<std::mutex> lock(mutex_);

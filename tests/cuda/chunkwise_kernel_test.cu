@@ -13,7 +13,8 @@
 // Checks (fresh random inputs per run, the seed printed): every family at odd sizes with
 // grouped value heads and varlen batches holding empty sequences, prefills split inside a
 // chunk, strong decays, many sequences (several rounds), T = 65536 at HV = 32, K = V = 128,
-// and the benchmark shape itself. States start non-zero; outputs are poisoned with NaN.
+// and the benchmark shape itself; the reservation's largest scratch against every sequence
+// count. States start non-zero; outputs are poisoned with NaN.
 // Pass: relative RMS <= 1e-4 against float64 (or max-abs <= 1e-6), no NaN (SPEC section 4).
 // Exit status 0 only if every check passes.
 
@@ -441,6 +442,51 @@ void Check(const Problem& p, std::mt19937_64& rng, cudaStream_t stream) {
   std::fflush(stdout);
 }
 
+// MostChunkwiseScratchBytes against the most ChunkwiseScratchBytes over every sequence count
+// it covers, for every family at shapes whose unit of scratch is small and large against the
+// budget (so that the count crosses the units the budget holds), and lengths of one chunk to
+// many. Host code only: it reads the shapes.
+void CheckMostScratch() {
+  static float placeholder;
+  static float* table[1] = {&placeholder};
+  static int32_t offsets[1];
+  for (const Family& f : kFamilies) {
+    for (auto [value_heads, dim] : {std::pair{1, 8}, {4, 64}, {32, 128}, {64, 256}}) {
+      for (int32_t length : {1, 64, 1000, 65536}) {
+        ChunkwiseArgs a{};
+        a.num_heads = 1;
+        a.num_value_heads = value_heads;
+        a.key_dim = a.value_dim = dim;
+        a.decay = f.decay;
+        a.delta_rule = f.delta;
+        a.normalize = f.normalize;
+        a.max_seqlen = length;
+        a.q = a.k = a.v = a.o = &placeholder;
+        if (a.decay != Decay::kNone) a.log_decay = &placeholder;
+        if (a.delta_rule) a.beta = &placeholder;
+        a.states = table;
+        if (a.normalize) a.normalizers = table;
+        a.cu_seqlens = offsets;
+        int64_t most = 0;
+        bool pass = true;
+        for (int32_t n = 1; n <= 3000; ++n) {
+          a.num_sequences = n;
+          most = std::max(most, lumen::cuda::ChunkwiseScratchBytes(a));
+          if (n % 97 == 1 || n == 3000) {
+            pass = pass && lumen::cuda::MostChunkwiseScratchBytes(a) == most;
+          }
+        }
+        ++g_checks;
+        if (!pass) ++g_failures;
+        std::printf("%s most scratch %-16s HV=%d K=V=%d T=%d: %lld bytes, up to 3000 sequences\n",
+                    pass ? "PASS" : "FAIL", f.name, value_heads, dim, length,
+                    static_cast<long long>(most));
+      }
+    }
+  }
+  std::fflush(stdout);
+}
+
 // The same kind of call captured in a CUDA graph and replayed: the launch neither
 // allocates nor synchronises, and the replay computes what a direct call does.
 void CheckGraphReplay(const Problem& p, std::mt19937_64& rng, cudaStream_t stream) {
@@ -633,6 +679,8 @@ void RunQuickChecks(std::mt19937_64& rng, cudaStream_t stream) {
   }
   // No tokens at all: nothing runs, nothing changes.
   Check({FamilyNamed("kda"), 1, 1, 8, 8, {0, 0}}, rng, stream);
+  // The reservation's sizing.
+  CheckMostScratch();
   // Captured in a CUDA graph and replayed.
   CheckGraphReplay({FamilyNamed("gated_delta_net"), 4, 8, 128, 128, {0, 3000, 70}}, rng, stream);
 }

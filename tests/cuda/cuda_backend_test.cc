@@ -251,6 +251,32 @@ void RandomStates(const RefLayer& layer, int32_t n, std::mt19937& rng,
   for (int32_t i = 0; i < n; ++i) RandomState(layer, rng, &(*matrices)[i], &(*normalizers)[i]);
 }
 
+// A model of one layer with a CUDA engine (and a CPU one where a case compares the two), and
+// n random states to start sessions from: the set-up most cases share.
+struct LayerEngines {
+  enum class Cpu { kNo, kYes };
+  LayerEngines(const RefLayer& layer_in, int32_t n_in, std::mt19937& rng, Cpu with_cpu = Cpu::kNo)
+      : layer(layer_in), n(n_in) {
+    std::string error;
+    model = BuildModel({layer}, &error);
+    INFO(error);
+    REQUIRE(model);
+    gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
+    if (with_cpu == Cpu::kYes) cpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CPU);
+    RandomStates(layer, n, rng, &matrices, &normalizers);
+  }
+  // n sessions on `engine`, session i holding random state i: called twice, identical twins.
+  Sessions SessionsOn(const EnginePtr& engine) const {
+    return MakeSessions(engine.get(), layer, n, matrices, normalizers);
+  }
+
+  RefLayer layer;
+  int32_t n;
+  ModelPtr model;  // outlives the engines
+  EnginePtr gpu, cpu;
+  std::vector<std::vector<float>> matrices, normalizers;
+};
+
 // Checks a CUDA session's state against a CPU session's, within `bound`.
 void CheckStatesClose(const RefLayer& layer, lumen_session* cuda, lumen_session* cpu,
                       double bound) {
@@ -280,16 +306,9 @@ void CheckStatesClose(const RefLayer& layer, lumen_session* cuda, lumen_session*
 void CompareBatchedSteps(const RefLayer& layer, int32_t n, int32_t steps, int32_t in_dtype,
                          std::mt19937& rng) {
   INFO(layer.Describe() << " n=" << n << " dtype=" << in_dtype);
-  std::string error;
-  ModelPtr model = BuildModel({layer}, &error);
-  INFO(error);
-  REQUIRE(model);
-  EnginePtr cpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CPU);
-  EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
-  std::vector<std::vector<float>> matrices, normalizers;
-  RandomStates(layer, n, rng, &matrices, &normalizers);
-  Sessions on_cpu = MakeSessions(cpu.get(), layer, n, matrices, normalizers);
-  Sessions on_gpu = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+  const LayerEngines engines(layer, n, rng, LayerEngines::Cpu::kYes);
+  Sessions on_cpu = engines.SessionsOn(engines.cpu);
+  Sessions on_gpu = engines.SessionsOn(engines.gpu);
   cudaStream_t stream = nullptr;
   REQUIRE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int64_t o_count = n * layer.VPerToken();
@@ -302,7 +321,7 @@ void CompareBatchedSteps(const RefLayer& layer, int32_t n, int32_t steps, int32_
     cpu_out.Reset(o_count, LUMEN_DTYPE_FLOAT32);
     lumen_layer_inputs host_in = InputsFor(layer, tokens, 0, n);
     lumen_layer_output host_out = cpu_out.Output(0, o_count);
-    REQUIRE_OK(lumen_engine_step_batch(cpu.get(), 0, on_cpu.handles.data(), n, &host_in,
+    REQUIRE_OK(lumen_engine_step_batch(engines.cpu.get(), 0, on_cpu.handles.data(), n, &host_in,
                                        &host_out));
 
     const DeviceTokens device(tokens);
@@ -314,7 +333,7 @@ void CompareBatchedSteps(const RefLayer& layer, int32_t n, int32_t steps, int32_
     out.memory = LUMEN_MEMORY_DEVICE;
     out.o = o.get();
     out.o_count = o_count;
-    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, on_gpu.handles.data(), n, &in, &out));
+    REQUIRE_OK(lumen_engine_step_batch(engines.gpu.get(), 0, on_gpu.handles.data(), n, &in, &out));
     REQUIRE_CUDA(cudaStreamSynchronize(stream));
     const std::vector<uint8_t> bytes = o.Read();
     const std::vector<float> gpu_o = Decode(bytes.data(), o_count, LUMEN_DTYPE_FLOAT32);
@@ -362,15 +381,9 @@ TEST_CASE("CUDA varlen prefill matches the CPU, with empty sequences", "[.cuda]"
   for (int32_t len : lengths) cu.push_back(cu.back() + len);
   for (const RefLayer& layer : EveryFamily(4, 8, 128, 128, rng)) {
     INFO(layer.Describe());
-    std::string error;
-    ModelPtr model = BuildModel({layer}, &error);
-    REQUIRE(model);
-    EnginePtr cpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CPU);
-    EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
-    std::vector<std::vector<float>> matrices, normalizers;
-    RandomStates(layer, n, rng, &matrices, &normalizers);
-    Sessions on_cpu = MakeSessions(cpu.get(), layer, n, matrices, normalizers);
-    Sessions on_gpu = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    const LayerEngines engines(layer, n, rng, LayerEngines::Cpu::kYes);
+    Sessions on_cpu = engines.SessionsOn(engines.cpu);
+    Sessions on_gpu = engines.SessionsOn(engines.gpu);
     const int64_t T = cu.back();
     const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, T, rng), LUMEN_DTYPE_FLOAT32);
     lumen_layer_inputs in = InputsFor(layer, tokens, 0, T);
@@ -379,10 +392,10 @@ TEST_CASE("CUDA varlen prefill matches the CPU, with empty sequences", "[.cuda]"
     gpu_out.Reset(T * layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
     lumen_layer_output out_cpu = cpu_out.Output(0, T * layer.VPerToken());
     lumen_layer_output out_gpu = gpu_out.Output(0, T * layer.VPerToken());
-    REQUIRE_OK(lumen_engine_prefill_varlen(cpu.get(), 0, on_cpu.handles.data(), n, cu.data(),
-                                           &in, &out_cpu));
-    REQUIRE_OK(lumen_engine_prefill_varlen(gpu.get(), 0, on_gpu.handles.data(), n, cu.data(),
-                                           &in, &out_gpu));
+    REQUIRE_OK(lumen_engine_prefill_varlen(engines.cpu.get(), 0, on_cpu.handles.data(), n,
+                                           cu.data(), &in, &out_cpu));
+    REQUIRE_OK(lumen_engine_prefill_varlen(engines.gpu.get(), 0, on_gpu.handles.data(), n,
+                                           cu.data(), &in, &out_gpu));
     const ErrorReport eo = Measure(gpu_out.Values(), ToDouble(cpu_out.Values()));
     INFO("o: " << eo.Describe());
     CHECK(eo.Passes(kPrefillBound));
@@ -433,13 +446,9 @@ TEST_CASE("CUDA bf16 state stays within 5e-3 of the CPU's", "[.cuda]") {
 TEST_CASE("a CUDA call leaves the pool's other slots unchanged bit for bit", "[.cuda]") {
   std::mt19937 rng(TestSeed());
   RefLayer layer = Layer(LUMEN_FAMILY_KDA, 2, 4, 64, 64);
-  std::string error;
-  ModelPtr model = BuildModel({layer}, &error);
-  EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
   const int32_t n = 12;
-  std::vector<std::vector<float>> matrices, normalizers;
-  RandomStates(layer, n, rng, &matrices, &normalizers);
-  Sessions all = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+  const LayerEngines engines(layer, n, rng);
+  Sessions all = engines.SessionsOn(engines.gpu);
   const std::vector<int32_t> named = {7, 2, 10};  // scattered through the pool, out of order
   std::vector<lumen_session*> batch;
   for (int32_t i : named) batch.push_back(all.handles[i]);
@@ -449,13 +458,13 @@ TEST_CASE("a CUDA call leaves the pool's other slots unchanged bit for bit", "[.
   OutputBuffer out;
   out.Reset(b * layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
   lumen_layer_output o = out.Output(0, b * layer.VPerToken());
-  REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, batch.data(), b, &in, &o));
+  REQUIRE_OK(lumen_engine_step_batch(engines.gpu.get(), 0, batch.data(), b, &in, &o));
   for (int32_t i = 0; i < n; ++i) {
     std::vector<float> m, z;
     REQUIRE_OK(ReadState(all.handles[i], 0, layer, &m, &z));
     const bool is_named = std::find(named.begin(), named.end(), i) != named.end();
     INFO("session " << i << (is_named ? " (named)" : ""));
-    CHECK((std::memcmp(m.data(), matrices[i].data(), m.size() * 4) == 0) == !is_named);
+    CHECK((std::memcmp(m.data(), engines.matrices[i].data(), m.size() * 4) == 0) == !is_named);
   }
 }
 
@@ -463,14 +472,10 @@ TEST_CASE("CUDA host-buffer and device-buffer calls agree bit for bit", "[.cuda]
   std::mt19937 rng(TestSeed());
   for (const RefLayer& layer : EveryFamily(2, 4, 128, 128, rng)) {
     INFO(layer.Describe());
-    std::string error;
-    ModelPtr model = BuildModel({layer}, &error);
-    EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
     const int32_t n = 3;
-    std::vector<std::vector<float>> matrices, normalizers;
-    RandomStates(layer, n, rng, &matrices, &normalizers);
-    Sessions host = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
-    Sessions device = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    const LayerEngines engines(layer, n, rng);
+    Sessions host = engines.SessionsOn(engines.gpu);
+    Sessions device = engines.SessionsOn(engines.gpu);
     for (int32_t in_dtype : {LUMEN_DTYPE_FLOAT32, LUMEN_DTYPE_BFLOAT16, LUMEN_DTYPE_FLOAT16}) {
       const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, n, rng), in_dtype);
       const int64_t o_count = n * layer.VPerToken();
@@ -478,7 +483,8 @@ TEST_CASE("CUDA host-buffer and device-buffer calls agree bit for bit", "[.cuda]
       host_out.Reset(o_count, in_dtype);
       lumen_layer_inputs host_in = InputsFor(layer, tokens, 0, n);
       lumen_layer_output ho = host_out.Output(0, o_count);
-      REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, host.handles.data(), n, &host_in, &ho));
+      REQUIRE_OK(
+          lumen_engine_step_batch(engines.gpu.get(), 0, host.handles.data(), n, &host_in, &ho));
       const DeviceTokens dev(tokens);
       DeviceBuffer o(o_count * DTypeBytes(in_dtype));
       lumen_layer_inputs din = dev.Inputs(layer, n, nullptr);
@@ -488,7 +494,8 @@ TEST_CASE("CUDA host-buffer and device-buffer calls agree bit for bit", "[.cuda]
       dout.memory = LUMEN_MEMORY_DEVICE;
       dout.o = o.get();
       dout.o_count = o_count;
-      REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, device.handles.data(), n, &din, &dout));
+      REQUIRE_OK(
+          lumen_engine_step_batch(engines.gpu.get(), 0, device.handles.data(), n, &din, &dout));
       REQUIRE_CUDA(cudaDeviceSynchronize());
       CHECK(o.Read() == host_out.bytes);
     }
@@ -507,16 +514,12 @@ TEST_CASE("a batched CUDA step captured in a graph replays like direct calls", "
   RefLayer layer = Layer(LUMEN_FAMILY_GATED_DELTA_NET, 16, 32, 128, 128);
   layer.qk_l2norm = layer.beta_sigmoid = layer.gate_raw = true;
   RandomParams(&layer, rng);
-  std::string error;
-  ModelPtr model = BuildModel({layer}, &error);
-  EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
   // More sessions than one launch takes; one session (the latency case).
   for (const int32_t n : {300, 1}) {
     INFO("n = " << n);
-    std::vector<std::vector<float>> matrices, normalizers;
-    RandomStates(layer, n, rng, &matrices, &normalizers);
-    Sessions direct = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
-    Sessions replayed = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    const LayerEngines engines(layer, n, rng);
+    Sessions direct = engines.SessionsOn(engines.gpu);
+    Sessions replayed = engines.SessionsOn(engines.gpu);
     const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, n, rng), LUMEN_DTYPE_BFLOAT16);
     const DeviceTokens dev(tokens);
     const int64_t o_count = n * layer.VPerToken();
@@ -525,19 +528,21 @@ TEST_CASE("a batched CUDA step captured in a graph replays like direct calls", "
     lumen_layer_inputs in = dev.Inputs(layer, n, stream.get());
     lumen_layer_output graph_out = DeviceOutput(o_graph, o_count, LUMEN_DTYPE_BFLOAT16);
     const CapturedGraph graph(stream.get(), [&] {
-      return lumen_engine_step_batch(gpu.get(), 0, replayed.handles.data(), n, &in, &graph_out);
+      return lumen_engine_step_batch(engines.gpu.get(), 0, replayed.handles.data(), n, &in,
+                                     &graph_out);
     });
     REQUIRE_OK(graph.status());
     // Capturing ran nothing: the states are still the initial ones.
     {
       std::vector<float> m, z;
       REQUIRE_OK(ReadState(replayed.handles[0], 0, layer, &m, &z));
-      CHECK(m == matrices[0]);
+      CHECK(m == engines.matrices[0]);
     }
     lumen_layer_output direct_out = DeviceOutput(o_direct, o_count, LUMEN_DTYPE_BFLOAT16);
     for (int replay = 0; replay < 3; ++replay) {
       graph.Launch(stream.get());
-      REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, direct.handles.data(), n, &in, &direct_out));
+      REQUIRE_OK(lumen_engine_step_batch(engines.gpu.get(), 0, direct.handles.data(), n, &in,
+                                         &direct_out));
     }
     REQUIRE_CUDA(cudaStreamSynchronize(stream.get()));
     CHECK(o_graph.Read() == o_direct.Read());
@@ -547,7 +552,7 @@ TEST_CASE("a batched CUDA step captured in a graph replays like direct calls", "
       REQUIRE_OK(ReadState(replayed.handles[i], 0, layer, &b, &zb));
       INFO("session " << i);
       CHECK(a == b);
-      CHECK(a != matrices[i]);
+      CHECK(a != engines.matrices[i]);
     }
   }
 }
@@ -592,14 +597,9 @@ TEST_CASE("input errors of device-buffer calls reach the next waiting call and c
   }
   for (const RefLayer& layer : layers) {
     INFO(layer.Describe());
-    std::string error;
-    ModelPtr model = BuildModel({layer}, &error);
-    REQUIRE(model);
-    EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
     const int32_t n = 3;
-    std::vector<std::vector<float>> matrices, normalizers;
-    RandomStates(layer, n, rng, &matrices, &normalizers);
-    Sessions sessions = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    const LayerEngines engines(layer, n, rng);
+    Sessions sessions = engines.SessionsOn(engines.gpu);
     std::vector<std::vector<float>> before;
     for (lumen_session* s : sessions.handles) before.push_back(AllState(s, layer));
     cudaStream_t stream = nullptr;
@@ -611,8 +611,8 @@ TEST_CASE("input errors of device-buffer calls reach the next waiting call and c
     const EncodedTokens bad_tokens = EncodeTokens(bad, LUMEN_DTYPE_BFLOAT16);
     const EncodedTokens good_tokens =
         EncodeTokens(RandomTokens(layer, n, rng), LUMEN_DTYPE_BFLOAT16);
-    const std::string cpu_message =
-        CpuInputError(layer, model.get(), n, matrices, normalizers, {}, bad_tokens);
+    const std::string cpu_message = CpuInputError(layer, engines.model.get(), n, engines.matrices,
+                                                  engines.normalizers, {}, bad_tokens);
     CHECK(cpu_message.find("session 1's token 0") != std::string::npos);
     const DeviceTokens bad_device(bad_tokens), good_device(good_tokens);
     const int64_t o_count = n * layer.VPerToken();
@@ -626,8 +626,10 @@ TEST_CASE("input errors of device-buffer calls reach the next waiting call and c
     out.o_count = o_count;
     lumen_layer_inputs bad_in = bad_device.Inputs(layer, n, stream);
     lumen_layer_inputs good_in = good_device.Inputs(layer, n, stream);
-    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &bad_in, &out));
-    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &good_in, &out));
+    REQUIRE_OK(
+        lumen_engine_step_batch(engines.gpu.get(), 0, sessions.handles.data(), n, &bad_in, &out));
+    REQUIRE_OK(
+        lumen_engine_step_batch(engines.gpu.get(), 0, sessions.handles.data(), n, &good_in, &out));
     REQUIRE_CUDA(cudaStreamSynchronize(stream));
     CHECK(o.Read() == poisoned);
     std::vector<float> matrix, normalizer;
@@ -639,7 +641,8 @@ TEST_CASE("input errors of device-buffer calls reach the next waiting call and c
     CHECK(reported.find("enqueued before this call") != std::string::npos);
     for (int32_t i = 0; i < n; ++i) CHECK(AllState(sessions.handles[i], layer) == before[i]);
     // Reported once; the same valid step now runs.
-    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &good_in, &out));
+    REQUIRE_OK(
+        lumen_engine_step_batch(engines.gpu.get(), 0, sessions.handles.data(), n, &good_in, &out));
     REQUIRE_CUDA(cudaStreamSynchronize(stream));
     CHECK(o.Read() != poisoned);
     const std::vector<float> stepped = AllState(sessions.handles[0], layer);
@@ -664,7 +667,7 @@ TEST_CASE("input errors of device-buffer calls reach the next waiting call and c
       now.push_back(AllState(sessions.handles[i], layer));
     }
     // (The CPU sessions start from the same matrices; the message does not depend on state.)
-    const std::string prefill_message = CpuInputError(layer, model.get(), n, now_matrices,
+    const std::string prefill_message = CpuInputError(layer, engines.model.get(), n, now_matrices,
                                                       now_normalizers, cu, prefill_tokens);
     CHECK(prefill_message.find("session 2's token 3") != std::string::npos);
     const DeviceTokens prefill_device(prefill_tokens);
@@ -673,14 +676,14 @@ TEST_CASE("input errors of device-buffer calls reach the next waiting call and c
     prefill_out.o = prefill_o.get();
     prefill_out.o_count = cu.back() * layer.VPerToken();
     lumen_layer_inputs prefill_in = prefill_device.Inputs(layer, cu.back(), stream);
-    REQUIRE_OK(lumen_engine_prefill_varlen(gpu.get(), 0, sessions.handles.data(), n, cu.data(),
-                                           &prefill_in, &prefill_out));
+    REQUIRE_OK(lumen_engine_prefill_varlen(engines.gpu.get(), 0, sessions.handles.data(), n,
+                                           cu.data(), &prefill_in, &prefill_out));
     lumen_layer_inputs host_in = InputsFor(layer, good_tokens, 0, n);
     OutputBuffer host_out;
     host_out.Reset(o_count, LUMEN_DTYPE_FLOAT32);
     lumen_layer_output host_o = host_out.Output(0, o_count);
-    CHECK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &host_in, &host_o) ==
-          LUMEN_ERROR_INVALID_ARGUMENT);
+    CHECK(lumen_engine_step_batch(engines.gpu.get(), 0, sessions.handles.data(), n, &host_in,
+                                  &host_o) == LUMEN_ERROR_INVALID_ARGUMENT);
     const std::string prefill_reported = lumen_last_error_message();
     INFO("reported: " << prefill_reported << "\nCPU: " << prefill_message);
     CHECK(prefill_reported.find(prefill_message) != std::string::npos);
@@ -697,16 +700,11 @@ TEST_CASE("a varlen CUDA prefill captured in a graph replays like direct calls",
   const std::vector<RefLayer> layers = EveryFamily(4, 8, 64, 64, rng);
   for (const RefLayer& layer : {layers[10], layers.back()}) {  // Qwen3-Next; Mamba-2
     INFO(layer.Describe());
-    std::string error;
-    ModelPtr model = BuildModel({layer}, &error);
-    REQUIRE(model);
-    EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
     const std::vector<int32_t> cu = {0, 300, 300, 301, 1000};
     const int32_t n = static_cast<int32_t>(cu.size()) - 1;
-    std::vector<std::vector<float>> matrices, normalizers;
-    RandomStates(layer, n, rng, &matrices, &normalizers);
-    Sessions direct = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
-    Sessions replayed = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    const LayerEngines engines(layer, n, rng);
+    Sessions direct = engines.SessionsOn(engines.gpu);
+    Sessions replayed = engines.SessionsOn(engines.gpu);
     const EncodedTokens tokens =
         EncodeTokens(RandomTokens(layer, cu.back(), rng), LUMEN_DTYPE_BFLOAT16);
     const DeviceTokens dev(tokens);
@@ -716,11 +714,11 @@ TEST_CASE("a varlen CUDA prefill captured in a graph replays like direct calls",
     lumen_layer_inputs in = dev.Inputs(layer, cu.back(), stream.get());
     lumen_layer_output direct_out = DeviceOutput(o_direct, o_count, LUMEN_DTYPE_BFLOAT16);
     lumen_layer_output graph_out = DeviceOutput(o_graph, o_count, LUMEN_DTYPE_BFLOAT16);
-    REQUIRE_OK(lumen_engine_prefill_varlen(gpu.get(), 0, direct.handles.data(), n, cu.data(),
-                                           &in, &direct_out));
+    REQUIRE_OK(lumen_engine_prefill_varlen(engines.gpu.get(), 0, direct.handles.data(), n,
+                                           cu.data(), &in, &direct_out));
     const CapturedGraph graph(stream.get(), [&] {
-      return lumen_engine_prefill_varlen(gpu.get(), 0, replayed.handles.data(), n, cu.data(),
-                                         &in, &graph_out);
+      return lumen_engine_prefill_varlen(engines.gpu.get(), 0, replayed.handles.data(), n,
+                                         cu.data(), &in, &graph_out);
     });
     REQUIRE_OK(graph.status());
     for (int replay = 0; replay < 2; ++replay) {
@@ -732,8 +730,8 @@ TEST_CASE("a varlen CUDA prefill captured in a graph replays like direct calls",
         INFO("session " << i);
         CHECK(AllState(replayed.handles[i], layer) == AllState(direct.handles[i], layer));
       }
-      REQUIRE_OK(lumen_engine_prefill_varlen(gpu.get(), 0, direct.handles.data(), n, cu.data(),
-                                             &in, &direct_out));
+      REQUIRE_OK(lumen_engine_prefill_varlen(engines.gpu.get(), 0, direct.handles.data(), n,
+                                             cu.data(), &in, &direct_out));
     }
   }
 }
@@ -748,25 +746,20 @@ TEST_CASE("a reserved CUDA engine captures prefills and conv steps without a fir
   const std::vector<RefLayer> layers = EveryFamily(4, 8, 64, 64, rng);
   for (const RefLayer& layer : {layers[10], layers.back()}) {  // Qwen3-Next; Mamba-2
     INFO(layer.Describe());
-    std::string error;
-    ModelPtr model = BuildModel({layer}, &error);
-    REQUIRE(model);
-    EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
-    CHECK(ScratchBytes(gpu.get()) == 0);
     const std::vector<int32_t> spread = {0, 300, 300, 301, 1000};
     const std::vector<int32_t> one_long = {0, 0, 1000, 1000, 1000};
     const int32_t n = static_cast<int32_t>(spread.size()) - 1;
-    Reserve(gpu.get(), n, spread.back());
-    const int64_t reserved = ScratchBytes(gpu.get());
+    const LayerEngines engines(layer, n, rng);
+    CHECK(ScratchBytes(engines.gpu.get()) == 0);
+    Reserve(engines.gpu.get(), n, spread.back());
+    const int64_t reserved = ScratchBytes(engines.gpu.get());
     CHECK(reserved > 0);
     // Reserving less changes nothing.
-    Reserve(gpu.get(), 1, 1);
-    CHECK(ScratchBytes(gpu.get()) == reserved);
+    Reserve(engines.gpu.get(), 1, 1);
+    CHECK(ScratchBytes(engines.gpu.get()) == reserved);
 
-    std::vector<std::vector<float>> matrices, normalizers;
-    RandomStates(layer, n, rng, &matrices, &normalizers);
-    Sessions direct = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
-    Sessions replayed = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    Sessions direct = engines.SessionsOn(engines.gpu);
+    Sessions replayed = engines.SessionsOn(engines.gpu);
     const DeviceTokens prefill_tokens(
         EncodeTokens(RandomTokens(layer, spread.back(), rng), LUMEN_DTYPE_BFLOAT16));
     const DeviceTokens step_tokens(
@@ -782,21 +775,22 @@ TEST_CASE("a reserved CUDA engine captures prefills and conv steps without a fir
     auto calls = [&](Sessions& sessions, const DeviceBuffer& o, const DeviceBuffer& step_o) {
       lumen_layer_output prefill_out = DeviceOutput(o, prefill_count, LUMEN_DTYPE_BFLOAT16);
       lumen_layer_output step_out = DeviceOutput(step_o, step_count, LUMEN_DTYPE_BFLOAT16);
-      lumen_status status = lumen_engine_prefill_varlen(
-          gpu.get(), 0, sessions.handles.data(), n, spread.data(), &prefill_in, &prefill_out);
+      lumen_status status =
+          lumen_engine_prefill_varlen(engines.gpu.get(), 0, sessions.handles.data(), n,
+                                      spread.data(), &prefill_in, &prefill_out);
       if (status == LUMEN_OK) {
-        status = lumen_engine_prefill_varlen(gpu.get(), 0, sessions.handles.data(), n,
+        status = lumen_engine_prefill_varlen(engines.gpu.get(), 0, sessions.handles.data(), n,
                                              one_long.data(), &prefill_in, &prefill_out);
       }
       if (status == LUMEN_OK) {
-        status = lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &step_in,
+        status = lumen_engine_step_batch(engines.gpu.get(), 0, sessions.handles.data(), n, &step_in,
                                          &step_out);
       }
       return status;
     };
     const CapturedGraph graph(stream.get(), [&] { return calls(replayed, o_graph, step_graph); });
     REQUIRE_OK(graph.status());
-    CHECK(ScratchBytes(gpu.get()) == reserved);
+    CHECK(ScratchBytes(engines.gpu.get()) == reserved);
     for (int replay = 0; replay < 2; ++replay) {
       INFO("replay " << replay);
       graph.Launch(stream.get());
@@ -809,7 +803,7 @@ TEST_CASE("a reserved CUDA engine captures prefills and conv steps without a fir
         CHECK(AllState(replayed.handles[i], layer) == AllState(direct.handles[i], layer));
       }
     }
-    CHECK(ScratchBytes(gpu.get()) == reserved);
+    CHECK(ScratchBytes(engines.gpu.get()) == reserved);
   }
 }
 
@@ -819,16 +813,11 @@ TEST_CASE("a CUDA call larger than the reservation grows outside capture, fails 
           "[.cuda]") {
   std::mt19937 rng(TestSeed());
   const RefLayer layer = EveryFamily(4, 8, 64, 64, rng)[10];  // Qwen3-Next
-  std::string error;
-  ModelPtr model = BuildModel({layer}, &error);
-  REQUIRE(model);
-  EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
-  Reserve(gpu.get(), 1, 64);
-  const int64_t reserved = ScratchBytes(gpu.get());
+  const LayerEngines engines(layer, 1, rng);
+  Reserve(engines.gpu.get(), 1, 64);
+  const int64_t reserved = ScratchBytes(engines.gpu.get());
   REQUIRE(reserved > 0);
-  std::vector<std::vector<float>> matrices, normalizers;
-  RandomStates(layer, 1, rng, &matrices, &normalizers);
-  Sessions sessions = MakeSessions(gpu.get(), layer, 1, matrices, normalizers);
+  Sessions sessions = engines.SessionsOn(engines.gpu);
   const std::vector<float> before = AllState(sessions.handles[0], layer);
   const int32_t T = 5000;
   const DeviceTokens tokens(EncodeTokens(RandomTokens(layer, T, rng), LUMEN_DTYPE_BFLOAT16));
@@ -845,13 +834,13 @@ TEST_CASE("a CUDA call larger than the reservation grows outside capture, fails 
     INFO(message);
     CHECK(message.find("lumen_engine_reserve") != std::string::npos);
   }
-  CHECK(ScratchBytes(gpu.get()) == reserved);
+  CHECK(ScratchBytes(engines.gpu.get()) == reserved);
   CHECK(Tokens(sessions.handles[0]) == 0);
   CHECK(AllState(sessions.handles[0], layer) == before);
   // Outside capture the same call grows the scratch and runs.
   REQUIRE_OK(lumen_session_prefill(sessions.handles[0], 0, T, &in, &out));
   REQUIRE_CUDA(cudaStreamSynchronize(stream.get()));
-  const int64_t grown = ScratchBytes(gpu.get());
+  const int64_t grown = ScratchBytes(engines.gpu.get());
   CHECK(grown > reserved);
   CHECK(Tokens(sessions.handles[0]) == T);
   CHECK(AllState(sessions.handles[0], layer) != before);
@@ -860,7 +849,7 @@ TEST_CASE("a CUDA call larger than the reservation grows outside capture, fails 
     return lumen_session_prefill(sessions.handles[0], 0, T, &in, &out);
   });
   REQUIRE_OK(graph.status());
-  CHECK(ScratchBytes(gpu.get()) == grown);
+  CHECK(ScratchBytes(engines.gpu.get()) == grown);
 }
 
 // An asynchronous call that fails its input check, and the calls enqueued after it until the
@@ -874,15 +863,10 @@ TEST_CASE("token counts after a failed device-buffer call equal those before it"
   std::vector<RefLayer> layers = EveryFamily(2, 4, 32, 32, rng);
   for (const RefLayer& layer : {layers[5], layers[10]}) {  // gated_delta_net; Qwen3-Next
     INFO(layer.Describe());
-    std::string error;
-    ModelPtr model = BuildModel({layer}, &error);
-    REQUIRE(model);
-    EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
     const int32_t n = 2;
-    std::vector<std::vector<float>> matrices, normalizers;
-    RandomStates(layer, n, rng, &matrices, &normalizers);
-    Sessions sessions = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
-    Sessions twins = MakeSessions(gpu.get(), layer, n, matrices, normalizers);
+    const LayerEngines engines(layer, n, rng);
+    Sessions sessions = engines.SessionsOn(engines.gpu);
+    Sessions twins = engines.SessionsOn(engines.gpu);
     const Stream stream;
     const DeviceTokens good(EncodeTokens(RandomTokens(layer, n, rng), LUMEN_DTYPE_FLOAT32));
     TokenData bad_data = RandomTokens(layer, n, rng);
@@ -900,14 +884,14 @@ TEST_CASE("token counts after a failed device-buffer call equal those before it"
         DeviceOutput(o, prefill_tokens * layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
     const int good_steps = 100;
     for (int i = 0; i < good_steps; ++i) {
-      REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &good_in,
+      REQUIRE_OK(lumen_engine_step_batch(engines.gpu.get(), 0, sessions.handles.data(), n, &good_in,
                                          &step_out));
-      REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, twins.handles.data(), n, &good_in,
+      REQUIRE_OK(lumen_engine_step_batch(engines.gpu.get(), 0, twins.handles.data(), n, &good_in,
                                          &step_out));
     }
-    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &bad_in,
+    REQUIRE_OK(lumen_engine_step_batch(engines.gpu.get(), 0, sessions.handles.data(), n, &bad_in,
                                        &step_out));
-    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &good_in,
+    REQUIRE_OK(lumen_engine_step_batch(engines.gpu.get(), 0, sessions.handles.data(), n, &good_in,
                                        &step_out));
     REQUIRE_OK(lumen_session_prefill(sessions.handles[0], 0, prefill_tokens, &prefill_in,
                                      &prefill_out));
@@ -928,9 +912,9 @@ TEST_CASE("token counts after a failed device-buffer call equal those before it"
       CHECK(Tokens(twins.handles[i]) == good_steps);
     }
     // Reported once: calls count again.
-    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, sessions.handles.data(), n, &good_in,
+    REQUIRE_OK(lumen_engine_step_batch(engines.gpu.get(), 0, sessions.handles.data(), n, &good_in,
                                        &step_out));
-    REQUIRE_OK(lumen_engine_step_batch(gpu.get(), 0, twins.handles.data(), n, &good_in,
+    REQUIRE_OK(lumen_engine_step_batch(engines.gpu.get(), 0, twins.handles.data(), n, &good_in,
                                        &step_out));
     for (int32_t i = 0; i < n; ++i) {
       INFO("session " << i);
@@ -944,13 +928,9 @@ TEST_CASE("snapshots move between the CPU and CUDA backends bit for bit", "[.cud
   std::mt19937 rng(TestSeed());
   for (const RefLayer& layer : EveryFamily(2, 4, 32, 48, rng)) {
     INFO(layer.Describe());
+    const LayerEngines engines(layer, 1, rng, LayerEngines::Cpu::kYes);
+    Sessions a = engines.SessionsOn(engines.cpu);
     std::string error;
-    ModelPtr model = BuildModel({layer}, &error);
-    EnginePtr cpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CPU);
-    EnginePtr gpu = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
-    std::vector<std::vector<float>> matrices, normalizers;
-    RandomStates(layer, 1, rng, &matrices, &normalizers);
-    Sessions a = MakeSessions(cpu.get(), layer, 1, matrices, normalizers);
     OutputBuffer out;
     const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, 5, rng), LUMEN_DTYPE_FLOAT32);
     REQUIRE_OK(RunSession(a.handles[0], 0, layer, tokens, Path::kStep, {}, LUMEN_DTYPE_FLOAT32,
@@ -959,11 +939,11 @@ TEST_CASE("snapshots move between the CPU and CUDA backends bit for bit", "[.cud
     REQUIRE_OK(lumen_session_snapshot_size(a.handles[0], nullptr, &size));
     std::vector<uint8_t> from_cpu(size), from_gpu(size), back(size);
     REQUIRE_OK(lumen_session_snapshot(a.handles[0], nullptr, from_cpu.data(), size, nullptr));
-    SessionPtr b = MakeSession(gpu.get(), &error);
+    SessionPtr b = MakeSession(engines.gpu.get(), &error);
     REQUIRE_OK(lumen_session_restore(b.get(), from_cpu.data(), size));
     REQUIRE_OK(lumen_session_snapshot(b.get(), nullptr, from_gpu.data(), size, nullptr));
     CHECK(from_gpu == from_cpu);
-    SessionPtr c = MakeSession(cpu.get(), &error);
+    SessionPtr c = MakeSession(engines.cpu.get(), &error);
     REQUIRE_OK(lumen_session_restore(c.get(), from_gpu.data(), size));
     std::vector<float> ma, za, mb, zb;
     REQUIRE_OK(ReadState(a.handles[0], 0, layer, &ma, &za));

@@ -282,6 +282,16 @@ double CopyBandwidth(cudaStream_t stream, int reps) {
   return 2.0 * bytes / (ms * 1e-3);
 }
 
+// Readies the engine's scratch for calls of `sessions` sessions and `tokens` tokens, as a
+// server does before it captures or serves: no call timed here grows it.
+void Reserve(const Bench& bench, int32_t sessions, int64_t tokens) {
+  lumen_reservation reservation;
+  lumen_reservation_init(&reservation);
+  reservation.max_sessions = sessions;
+  reservation.max_tokens = static_cast<int32_t>(tokens);
+  Check(lumen_engine_reserve(bench.engine, &reservation), "lumen_engine_reserve");
+}
+
 // Mean time of one batched step of n sessions, from graph replays.
 double DecodeMs(const Bench& bench, int32_t n, cudaStream_t stream, int reps,
                 std::mt19937& rng) {
@@ -290,6 +300,7 @@ double DecodeMs(const Bench& bench, int32_t n, cudaStream_t stream, int reps,
   const Inputs inputs(bench.family, n, rng);
   const lumen_layer_inputs in = inputs.Layer(stream);
   lumen_layer_output out = inputs.Output();
+  Reserve(bench, n, n);
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   CheckCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "BeginCapture");
@@ -317,6 +328,7 @@ double PrefillMs(const Bench& bench, int32_t b, int32_t t, cudaStream_t stream, 
   lumen_layer_output out = inputs.Output();
   std::vector<int32_t> cu(b + 1);
   for (int32_t i = 0; i <= b; ++i) cu[i] = i * t;
+  Reserve(bench, b, int64_t{b} * t);
   const double ms = TimeMs(stream, 1, reps, [&] {
     // Each rep starts from zero states, as a fresh prompt does.
     for (lumen_session* s : sessions) Check(lumen_session_reset(s), "reset");

@@ -133,6 +133,34 @@ __device__ float* SlotOf(const SlotLayout& layout, float* scratch, int32_t num_v
   return scratch + slot * layout.slot_floats;
 }
 
+// What one block of a per-chunk launch works on: its chunk, the chunk's scratch slot, and the
+// chunk's first q and k rows of the value head's query/key head.
+struct ChunkBlock {
+  ChunkSpan span;
+  float* slot;
+  int32_t head;
+  int64_t qk_row;  // floats from one token's q (or k) row to the next
+  const float* q;
+  const float* k;
+};
+
+// Locates (local_sequence, local_chunk, value_head); false where the chunk lies past its
+// sequence's end or the round's sequences, so the block has nothing to do.
+__device__ bool LocateChunkBlock(const ChunkwiseArgs& args, const SlotLayout& layout,
+                                 const Round& round, float* scratch, int32_t local_sequence,
+                                 int32_t local_chunk, int32_t value_head, ChunkBlock* block) {
+  if (!LocateChunk(args, round, local_sequence, local_chunk, &block->span)) return false;
+  block->slot =
+      SlotOf(layout, scratch, args.num_value_heads, local_sequence, local_chunk, value_head);
+  block->head = value_head / (args.num_value_heads / args.num_heads);
+  block->qk_row = static_cast<int64_t>(args.num_heads) * args.key_dim;
+  const int64_t first =
+      static_cast<int64_t>(block->span.start) * block->qk_row + block->head * args.key_dim;
+  block->q = args.q + first;
+  block->k = args.k + first;
+  return true;
+}
+
 // In-place inclusive prefix sums down the kChunk rows of each of kColumns columns of `a`
 // (row stride `stride`), by all kThreads threads: each totals a segment of rows, then
 // rewrites it as running sums starting from the totals of the segments above it. `totals`
@@ -364,16 +392,18 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   const int32_t num_value_heads = args.num_value_heads;
   const int32_t value_head = blockIdx.x % num_value_heads;
   const int32_t local_sequence = blockIdx.x / num_value_heads;
-  const int32_t local_chunk = blockIdx.y;
-  ChunkSpan span;
-  if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) return;
-  float* slot = SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
+  ChunkBlock block;
+  if (!LocateChunkBlock(args, layout, round, scratch, local_sequence, blockIdx.y, value_head,
+                        &block)) {
+    return;
+  }
+  const ChunkSpan span = block.span;
+  float* slot = block.slot;
   const int32_t key_dim = args.key_dim;
   const int32_t value_dim = args.value_dim;
-  const int32_t head = value_head / (num_value_heads / args.num_heads);
-  const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
-  const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
-  const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+  const int64_t qk_row = block.qk_row;
+  const float* q = block.q;
+  const float* k = block.k;
 
   LoadTokenScalars<kDecay, kDelta>(args, span, value_head, decay, beta, totals);
   if (kDecay == Decay::kScalar && layout.token_decay > 0 && threadIdx.x < kChunk) {
@@ -1410,17 +1440,20 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
   const int32_t num_value_heads = args.num_value_heads;
   const int32_t value_head = blockIdx.x % num_value_heads;
   const int32_t local_sequence = blockIdx.x / num_value_heads;
-  const int32_t local_chunk = blockIdx.y;
-  ChunkSpan span;
-  if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) return;
-  float* slot = SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
+  ChunkBlock block;
+  if (!LocateChunkBlock(args, layout, round, scratch, local_sequence, blockIdx.y, value_head,
+                        &block)) {
+    return;
+  }
+  const ChunkSpan span = block.span;
+  float* slot = block.slot;
   const int32_t key_dim = args.key_dim;
   const int32_t value_dim = args.value_dim;
   const int32_t length = span.length;
-  const int32_t head = value_head / (num_value_heads / args.num_heads);
-  const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
-  const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
-  const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
+  const int32_t head = block.head;
+  const int64_t qk_row = block.qk_row;
+  const float* q = block.q;
+  const float* k = block.k;
   const IntraTensorShared regions = IntraTensorSharedLayout(key_dim, kDecay, kDelta);
   const int stride = regions.key_stride;
   const int padded = stride - 4;
@@ -1707,6 +1740,16 @@ bool UsesSplitWalk(const ChunkwiseArgs& args) {
 template <Decay kDecay, bool kDelta, bool kNormalize>
 constexpr bool kTensorIntraChunk = !kNormalize && (kDecay == Decay::kPerChannel || !kDelta);
 
+// One unit of scratch: one chunk of one sequence, every value head.
+int64_t UnitBytes(const Plan& plan, const ChunkwiseArgs& args) {
+  return plan.layout.slot_floats * 4 * int64_t{args.num_value_heads};
+}
+
+// The units the budget holds (at least one).
+int64_t BudgetUnits(const Plan& plan, const ChunkwiseArgs& args) {
+  return std::max<int64_t>(1, kScratchBudgetBytes / UnitBytes(plan, args));
+}
+
 Plan MakePlan(const ChunkwiseArgs& args) {
   Plan plan;
   SlotLayout& layout = plan.layout;
@@ -1737,9 +1780,7 @@ Plan MakePlan(const ChunkwiseArgs& args) {
   }
   layout.slot_floats = (offset + 3) / 4 * 4;
   plan.max_chunks = static_cast<int32_t>((int64_t{args.max_seqlen} + kChunk - 1) / kChunk);
-  // One unit: one chunk of one sequence, every value head.
-  const int64_t unit_bytes = layout.slot_floats * 4 * args.num_value_heads;
-  const int64_t units = std::max<int64_t>(1, kScratchBudgetBytes / unit_bytes);
+  const int64_t units = BudgetUnits(plan, args);
   const int64_t sequences = args.num_sequences;
   if (units >= sequences) {
     plan.sequences_per_round = args.num_sequences;
@@ -1753,8 +1794,7 @@ Plan MakePlan(const ChunkwiseArgs& args) {
 }
 
 int64_t ScratchBytes(const Plan& plan, const ChunkwiseArgs& args) {
-  return int64_t{plan.sequences_per_round} * plan.layout.chunks_per_round *
-         args.num_value_heads * plan.layout.slot_floats * 4;
+  return int64_t{plan.sequences_per_round} * plan.layout.chunks_per_round * UnitBytes(plan, args);
 }
 
 // Asks once per kernel for the largest shared-memory carveout: every kernel here is limited
@@ -1872,6 +1912,25 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
 int64_t ChunkwiseScratchBytes(const ChunkwiseArgs& args) {
   if (!ArgsValid(args) || args.num_sequences == 0 || args.max_seqlen == 0) return 0;
   return ScratchBytes(MakePlan(args), args);
+}
+
+int64_t MostChunkwiseScratchBytes(const ChunkwiseArgs& args) {
+  if (!ArgsValid(args) || args.num_sequences == 0 || args.max_seqlen == 0) return 0;
+  // MakePlan gives n sequences n * min(M, U / n) units while n <= U, and U beyond: the most is
+  // U once n reaches U. Below, the n that share one quotient U / n form a run over which the
+  // units grow with n, so the last n of each run is the only one to try.
+  const Plan plan = MakePlan(args);
+  const int64_t units = BudgetUnits(plan, args);
+  const int64_t most_sequences = args.num_sequences;
+  if (most_sequences >= units) return units * UnitBytes(plan, args);
+  int64_t most = 0;
+  for (int64_t n = 1; n <= most_sequences;) {
+    const int64_t quotient = units / n;
+    const int64_t last = std::min(most_sequences, units / quotient);
+    most = std::max(most, last * std::min<int64_t>(plan.max_chunks, quotient));
+    n = last + 1;
+  }
+  return most * UnitBytes(plan, args);
 }
 
 cudaError_t LaunchChunkwise(const ChunkwiseArgs& args, void* scratch, cudaStream_t stream) {

@@ -48,4 +48,9 @@ cudaError_t LaunchChunkwise(const ChunkwiseArgs& args, void* scratch, cudaStream
 // Device scratch bytes LaunchChunkwise needs for `args` (0 when none).
 int64_t ChunkwiseScratchBytes(const ChunkwiseArgs& args);
 
+// The most ChunkwiseScratchBytes over every call of 1 .. args.num_sequences sequences whose
+// longest holds args.max_seqlen tokens (what a reservation must cover). The size does not grow
+// steadily with the number of sequences; this finds the largest without trying each.
+int64_t MostChunkwiseScratchBytes(const ChunkwiseArgs& args);
+
 }  // namespace lumen::cuda

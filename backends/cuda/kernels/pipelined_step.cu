@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "backends/cuda/kernels/block_sum.cuh"
+#include "backends/cuda/kernels/step_columns.cuh"
 
 namespace lumen::cuda {
 namespace {
@@ -221,35 +222,12 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
       float row[kVec];
       LoadChunk<kVec>(staged_at(stage, j), row);
       const float a = a_s[j], k = k_s[j], q = q_s[j];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        if (layer.delta_rule) {
-          row[e] *= a;
-          sum_k[e] += k * row[e];
-          sum_q[e] += q * row[e];
-        } else {
-          row[e] = a * row[e] + k * v[e];
-          sum_q[e] += q * row[e];
-        }
-      }
+      DecayRow(layer.delta_rule, a, k, q, v, row, sum_k, sum_q);
       if (!layer.delta_rule) StoreChunk<kVec>(state + int64_t{j} * V, row);
     }
 
     // Sums over rows: lanes of one column group, then warps.
-    const int lane = tid % kWarpSize;
-    const int warp = tid / kWarpSize;
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      sum_k[e] = SumAcrossLaneGroups<kColumnThreads>(sum_k[e]);
-      sum_q[e] = SumAcrossLaneGroups<kColumnThreads>(sum_q[e]);
-    }
-    if (lane < kColumnThreads) {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        partial[warp][2 * (c * kVec + e)] = sum_k[e];
-        partial[warp][2 * (c * kVec + e) + 1] = sum_q[e];
-      }
-    }
+    WarpColumnSums<kColumnThreads>(sum_k, sum_q, c, partial[tid / kWarpSize]);
     __syncthreads();
     if (tid < 2 * kTileColumns) {
       float total = 0.0f;
@@ -259,14 +237,7 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
     __syncthreads();
 
     float out[kVec], u[kVec];
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      const float k_dot = column_sum[2 * (c * kVec + e)];
-      const float q_dot = column_sum[2 * (c * kVec + e) + 1];
-      u[e] = beta * (v[e] - k_dot);
-      out[e] = layer.delta_rule ? q_dot + qk_dot * u[e] : q_dot;
-      if (layer.normalize) out[e] /= qz_dot + layer.normalize_eps;
-    }
+    ColumnOutputs(layer, column_sum, c, v, beta, qk_dot, qz_dot, out, u);
 
     // Pass 2: the delta write, S_t = S' + k u^T.
     if (layer.delta_rule) {

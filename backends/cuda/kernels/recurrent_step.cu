@@ -14,6 +14,7 @@
 
 #include "backends/cuda/kernels/block_sum.cuh"
 #include "backends/cuda/kernels/pipelined_step.cuh"
+#include "backends/cuda/kernels/step_columns.cuh"
 
 namespace lumen::cuda {
 namespace {
@@ -266,17 +267,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
         float row[kVec];
         StateIo<kVec>::Load(tile_at(j), 0, bf16, valid, row);
         const float a = a_s[j], k = k_s[j], q = q_s[j];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          if (layer.delta_rule) {
-            row[e] *= a;
-            sum_k[e] += k * row[e];
-            sum_q[e] += q * row[e];
-          } else {
-            row[e] = a * row[e] + k * v[e];
-            sum_q[e] += q * row[e];
-          }
-        }
+        DecayRow(layer.delta_rule, a, k, q, v, row, sum_k, sum_q);
         if (!layer.delta_rule) {
           StateIo<kVec>::Store(matrix, int64_t{j} * V + col, bf16, valid, row);
         }
@@ -295,17 +286,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
         }
       }
       const float a = a_s[j], k = k_s[j], q = q_s[j];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        if (layer.delta_rule) {
-          s[m][e] *= a;
-          sum_k[e] += k * s[m][e];
-          sum_q[e] += q * s[m][e];
-        } else {
-          s[m][e] = a * s[m][e] + k * v[e];
-          sum_q[e] += q * s[m][e];
-        }
-      }
+      DecayRow(layer.delta_rule, a, k, q, v, s[m], sum_k, sum_q);
       if (!kSingleChunk && !layer.delta_rule && i < K && valid > 0) {
         StateIo<kVec>::Store(matrix, int64_t{i} * V + col, bf16, valid, s[m]);
       }
@@ -314,20 +295,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   }
 
   // Sums over rows: lanes of one column group, then warps.
-  const int lane = tid % kWarpSize;
-  const int warp = tid / kWarpSize;
-#pragma unroll
-  for (int e = 0; e < kVec; ++e) {
-    sum_k[e] = SumAcrossLaneGroups<kColumnThreads>(sum_k[e]);
-    sum_q[e] = SumAcrossLaneGroups<kColumnThreads>(sum_q[e]);
-  }
-  if (lane < kColumnThreads) {
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      partial[warp][2 * (c * kVec + e)] = sum_k[e];
-      partial[warp][2 * (c * kVec + e) + 1] = sum_q[e];
-    }
-  }
+  WarpColumnSums<kColumnThreads>(sum_k, sum_q, c, partial[tid / kWarpSize]);
   BlockSum<kBlockThreads>(dots, reduce_scratch);  // its barriers also publish `partial`
   if (tid < 2 * kTileColumns) {
     float total = 0.0f;
@@ -337,14 +305,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   __syncthreads();
 
   float out[kVec], u[kVec];
-#pragma unroll
-  for (int e = 0; e < kVec; ++e) {
-    const float k_dot = column_sum[2 * (c * kVec + e)];
-    const float q_dot = column_sum[2 * (c * kVec + e) + 1];
-    u[e] = beta * (v[e] - k_dot);
-    out[e] = layer.delta_rule ? q_dot + dots[0] * u[e] : q_dot;
-    if (layer.normalize) out[e] /= dots[1] + layer.normalize_eps;
-  }
+  ColumnOutputs(layer, column_sum, c, v, beta, dots[0], dots[1], out, u);
 
   // Pass 2: the delta write, S_t = S' + k u^T, then every state store.
   if constexpr (kStaged) {

@@ -517,8 +517,7 @@ LUMEN_API void lumen_reservation_init(lumen_reservation* reservation);
  * with the bytes asked for, when the device cannot hold the scratch (the engine may then hold
  * none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU
  * runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal).
- * Sizing takes time in proportion to max_sessions for each distinct layer shape. Thread-safe:
- * other threads may use the engine meanwhile (their calls wait for it).
+ * Thread-safe: other threads may use the engine meanwhile (their calls wait for it).
  */
 LUMEN_API lumen_status lumen_engine_reserve(lumen_engine* engine,
                                             const lumen_reservation* reservation);

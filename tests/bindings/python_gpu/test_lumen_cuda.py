@@ -122,6 +122,9 @@ def test_a_captured_step_batch_replays_like_direct_calls(engines):
 
     inputs = on_device(random_inputs(rng, n))
     out = torch.zeros((n, HV, V), device="cuda")
+    cuda.reserve(max_sessions=n, max_tokens=n)  # as a server readies itself to capture
+    reserved = cuda.scratch_bytes
+    assert reserved > 0
     graph = torch.cuda.CUDAGraph()
     capture_stream = torch.cuda.Stream()
     capture_stream.wait_stream(torch.cuda.current_stream())
@@ -129,6 +132,7 @@ def test_a_captured_step_batch_replays_like_direct_calls(engines):
         with torch.cuda.graph(graph, stream=capture_stream):
             cuda.step_batch(0, replayed, *inputs, out=out, stream=capture_stream.cuda_stream)
     torch.cuda.synchronize()
+    assert cuda.scratch_bytes == reserved  # the capture grew nothing
 
     expected = torch.empty_like(out)
     for _ in range(2):

@@ -794,8 +794,7 @@ extern "C" {
     #[doc = " with the bytes asked for, when the device cannot hold the scratch (the engine may then hold"]
     #[doc = " none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU"]
     #[doc = " runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal)."]
-    #[doc = " Sizing takes time in proportion to max_sessions for each distinct layer shape. Thread-safe:"]
-    #[doc = " other threads may use the engine meanwhile (their calls wait for it)."]
+    #[doc = " Thread-safe: other threads may use the engine meanwhile (their calls wait for it)."]
     pub fn lumen_engine_reserve(
         engine: *mut lumen_engine,
         reservation: *const lumen_reservation,

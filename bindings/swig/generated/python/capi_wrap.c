@@ -8510,8 +8510,7 @@ static PyMethodDef SwigMethods[] = {
 		"with the bytes asked for, when the device cannot hold the scratch (the engine may then hold\n"
 		"none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU\n"
 		"runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal).\n"
-		"Sizing takes time in proportion to max_sessions for each distinct layer shape. Thread-safe:\n"
-		"other threads may use the engine meanwhile (their calls wait for it).\n"
+		"Thread-safe: other threads may use the engine meanwhile (their calls wait for it).\n"
 		""},
 	 { "lumen_engine_scratch_bytes", _wrap_lumen_engine_scratch_bytes, METH_O, "\n"
 		"Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve\n"

@@ -300,8 +300,7 @@ public class Capi implements CapiConstants {
    * with the bytes asked for, when the device cannot hold the scratch (the engine may then hold<br>
    * none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU<br>
    * runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal).<br>
-   * Sizing takes time in proportion to max_sessions for each distinct layer shape. Thread-safe:<br>
-   * other threads may use the engine meanwhile (their calls wait for it).
+   * Thread-safe: other threads may use the engine meanwhile (their calls wait for it).
    */
   public static int lumen_engine_reserve(long engine, Reservation reservation) {
     int status = CapiJNI.lumen_engine_reserve(engine, Reservation.getCPtr(reservation), reservation);
