@@ -28,44 +28,45 @@ int64_t ScanForOutOfDomain(const float* values, int64_t count, const InputDomain
   return FirstOutOfDomain(values, count, domain);
 }
 
-// Values one task of a parallel scan checks: large enough that a task outweighs waking a
-// thread, small enough that a prefill's q, k and v split across every thread.
+// Values one task of a parallel load checks (and converts): large enough that a task
+// outweighs waking a thread, small enough that a prefill's q, k and v split across every
+// thread, and that a converted piece is still in cache when it is checked.
 constexpr int64_t kScanTaskValues = int64_t{1} << 16;
 
-// Checks the raw fp32 values of one input laid out [tokens, heads, per_head]. A prefill's
-// inputs (hundreds of MiB) are scanned in parallel, in pieces; the first bad value wins.
-absl::Status CheckValues(const Call& call, ThreadPool& pool, const char* tensor,
-                         const float* values, int64_t heads, int64_t per_head,
-                         const InputDomain& domain) {
-  if (!call.check_values) return absl::OkStatus();
+// One input laid out [tokens, heads, per_head] as fp32 in *values, its raw values checked
+// against `domain` (when the call checks values): the caller's buffer itself when it is fp32,
+// else converted into `storage`. A prefill's inputs (hundreds of MiB) are converted and
+// checked in parallel pieces, each checked while it is still in cache; the first bad value
+// wins. Allocates (callers catch bad_alloc).
+absl::Status LoadChecked(const Call& call, ThreadPool& pool, const char* tensor,
+                         const void* src, int32_t dtype, int64_t heads, int64_t per_head,
+                         const InputDomain& domain, std::vector<float>* storage,
+                         const float** values) {
   const int64_t count = call.tokens() * heads * per_head;
+  const bool convert = dtype != LUMEN_DTYPE_FLOAT32;
+  if (convert) storage->resize(count);
+  const float* fp32 = convert ? storage->data() : static_cast<const float*>(src);
+  *values = fp32;
+  if (!convert && !call.check_values) return absl::OkStatus();
+  const int64_t element_bytes = DTypeSize(static_cast<DType>(dtype));
   const int64_t tasks = (count + kScanTaskValues - 1) / kScanTaskValues;
   std::atomic<int64_t> bad{count};
   pool.ParallelFor(tasks, [&](int64_t task, int32_t) {
     const int64_t begin = task * kScanTaskValues;
     const int64_t size = std::min(kScanTaskValues, count - begin);
-    const int64_t found = begin + ScanForOutOfDomain(values + begin, size, domain);
+    if (convert) {
+      LoadAsFloat(static_cast<const char*>(src) + begin * element_bytes,
+                  static_cast<DType>(dtype), storage->data() + begin, size);
+    }
+    if (!call.check_values) return;
+    const int64_t found = begin + ScanForOutOfDomain(fp32 + begin, size, domain);
     if (found == begin + size) return;
     int64_t seen = bad.load();
     while (found < seen && !bad.compare_exchange_weak(seen, found)) continue;
   });
   if (bad.load() == count) return absl::OkStatus();
-  return InputOutOfDomain(tensor, domain, values[bad.load()], bad.load(), heads, per_head,
+  return InputOutOfDomain(tensor, domain, fp32[bad.load()], bad.load(), heads, per_head,
                           call.cu_seqlens);
-}
-
-// Reads count elements of `dtype` as fp32 into out.
-void LoadFloats(const void* src, int64_t count, int32_t dtype, std::vector<float>* out) {
-  out->resize(count);
-  LoadAsFloat(src, static_cast<DType>(dtype), out->data(), count);
-}
-
-// fp32 view of an input: in place when it is already fp32, else converted into storage.
-const float* AsFloats(const void* src, int64_t count, int32_t dtype,
-                      std::vector<float>* storage) {
-  if (dtype == LUMEN_DTYPE_FLOAT32) return static_cast<const float*>(src);
-  LoadFloats(src, count, dtype, storage);
-  return storage->data();
 }
 
 float FeatureMapValue(FeatureMap map, float x) {
@@ -83,11 +84,12 @@ absl::Status LoadPart(const LayerSpec& spec, const LayerRun& run, const Call& ca
                       ThreadPool& pool, int32_t part, const char* tensor, const void* src,
                       int64_t heads, int64_t per_head, std::vector<float>* storage,
                       PreparedInputs* out, const float** values) {
-  const int32_t dtype = run.inputs->dtype;
   const int64_t count = call.tokens() * heads * per_head;
   const bool conv = spec.conv_size > 0;
-  const float* raw = AsFloats(src, count, dtype, conv ? &out->conv_input : storage);
-  absl::Status status = CheckValues(call, pool, tensor, raw, heads, per_head, kFiniteValues);
+  const float* raw = nullptr;
+  absl::Status status =
+      LoadChecked(call, pool, tensor, src, run.inputs->dtype, heads, per_head, kFiniteValues,
+                  conv ? &out->conv_input : storage, &raw);
   if (!status.ok() || !conv) {
     *values = raw;
     return status;
@@ -140,7 +142,6 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
   const lumen_layer_inputs& inputs = *run.inputs;
   const Call call{run.cu_seqlens, run.check_values};
   const int32_t dtype = inputs.dtype;
-  const int64_t tokens = run.num_tokens();
   const int64_t H = spec.num_heads, HV = spec.num_value_heads;
   absl::Status status = LoadPart(spec, run, call, pool, kConvQ, "q", inputs.q, H, spec.key_dim,
                                  &out->q_storage, out, &out->q);
@@ -160,9 +161,8 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
   } else if (spec.needs_g_input()) {
     const int64_t per_token = spec.g_per_token();
     out->g_token_stride = per_token;
-    out->g = AsFloats(inputs.g, tokens * per_token, dtype, &out->g_storage);
-    status = CheckValues(call, pool, "g", out->g, HV, per_token / HV,
-                         GateDomain(spec.gate_raw));
+    status = LoadChecked(call, pool, "g", inputs.g, dtype, HV, per_token / HV,
+                         GateDomain(spec.gate_raw), &out->g_storage, &out->g);
     if (!status.ok()) return status;
     out->g_raw = spec.gate_raw;
   } else {
@@ -180,8 +180,8 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
   out->beta = nullptr;
   out->beta_logits = false;
   if (spec.delta_rule()) {
-    out->beta = AsFloats(inputs.beta, tokens * HV, dtype, &out->beta_storage);
-    status = CheckValues(call, pool, "beta", out->beta, HV, 1, BetaDomain(spec.beta_sigmoid));
+    status = LoadChecked(call, pool, "beta", inputs.beta, dtype, HV, 1,
+                         BetaDomain(spec.beta_sigmoid), &out->beta_storage, &out->beta);
     if (!status.ok()) return status;
     out->beta_logits = spec.beta_sigmoid;
   }

@@ -159,8 +159,9 @@ TEST_CASE("a batched step names the session whose input is out of domain and cha
 
 TEST_CASE("a long prefill's inputs, checked in parallel pieces, name the first bad value",
           "[input_values]") {
-  // 40000 tokens of q are 320000 values: several pieces of the parallel scan, two of them
-  // bad; the later piece may finish first, but the earlier value must be named.
+  // 40000 tokens of q are 320000 values: several pieces of the parallel scan (16-bit inputs
+  // are converted piece by piece, each piece checked as it is converted), two of them bad;
+  // the later piece may finish first, but the earlier value must be named.
   const Stack stack(Layers());
   SessionPtr session = stack.NewSession();
   const RefLayer& layer = stack.layers[0];
@@ -171,18 +172,21 @@ TEST_CASE("a long prefill's inputs, checked in parallel pieces, name the first b
   data.q.at(30000 * per_token + 1) = kInf;
   data.q.at(20000 * per_token + layer.key_dim) = kNaN;  // token 20000, head 1
   const SessionState before = Capture(session.get(), stack.layers);
-  const lumen_test::EncodedTokens tokens = lumen_test::EncodeTokens(data, LUMEN_DTYPE_FLOAT32);
-  const lumen_layer_inputs inputs = lumen_test::InputsFor(layer, tokens, 0, num_tokens);
-  lumen_test::OutputBuffer out;
-  out.Reset(num_tokens * layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
-  lumen_layer_output output = out.Output(0, num_tokens * layer.VPerToken());
-  const lumen_status status = lumen_session_prefill(
-      session.get(), 0, static_cast<int32_t>(num_tokens), &inputs, &output);
-  const std::string message = lumen_last_error_message();
-  INFO(Describe(status) << ": " << message);
-  CHECK(status == LUMEN_ERROR_INVALID_ARGUMENT);
-  CHECK(message.rfind("q at token 20000, head 1", 0) == 0);
-  CHECK(Capture(session.get(), stack.layers).SameBits(before));
+  for (int32_t dtype : {LUMEN_DTYPE_FLOAT32, LUMEN_DTYPE_BFLOAT16, LUMEN_DTYPE_FLOAT16}) {
+    INFO("dtype " << dtype);
+    const lumen_test::EncodedTokens tokens = lumen_test::EncodeTokens(data, dtype);
+    const lumen_layer_inputs inputs = lumen_test::InputsFor(layer, tokens, 0, num_tokens);
+    lumen_test::OutputBuffer out;
+    out.Reset(num_tokens * layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
+    lumen_layer_output output = out.Output(0, num_tokens * layer.VPerToken());
+    const lumen_status status = lumen_session_prefill(
+        session.get(), 0, static_cast<int32_t>(num_tokens), &inputs, &output);
+    const std::string message = lumen_last_error_message();
+    INFO(Describe(status) << ": " << message);
+    CHECK(status == LUMEN_ERROR_INVALID_ARGUMENT);
+    CHECK(message.rfind("q at token 20000, head 1", 0) == 0);
+    CHECK(Capture(session.get(), stack.layers).SameBits(before));
+  }
 }
 
 TEST_CASE("values at the edges of their domains, raw gates and beta logits are accepted",
