@@ -77,6 +77,7 @@ void PrintUsage(std::FILE* to) {
       "rule that reads a head before it writes it; lumen's holds its write back instead),\n"
       "the fp32 matrix-product peak of a register-blocked sgemm, and lumen_session_step token\n"
       "by token. Times are the best of R repeats (default 5), with the spread worst/best - 1.\n"
+      "Inputs and output are fp32; --bf16 gives them in bf16 (the state stays fp32).\n"
       "--quick runs a few small cases once (a smoke test; its numbers mean nothing).\n");
 }
 
@@ -285,7 +286,7 @@ struct InputBuffers {
         g_scalar(tokens * kHeads, dtype),
         g_vector(tokens * kHeads * kKeyDim, dtype),
         beta(tokens * kHeads, dtype),
-        o(tokens * kHeads * kValueDim, LUMEN_DTYPE_FLOAT32) {
+        o(tokens * kHeads * kValueDim, dtype) {
     q.Fill(-1.0f, 1.0f, 1);
     k.Fill(-1.0f, 1.0f, 2);
     v.Fill(-1.0f, 1.0f, 3);
@@ -318,6 +319,7 @@ struct InputBuffers {
       in->beta_count = tokens * kHeads;
     }
     lumen_layer_output_init(out);
+    out->dtype = dtype;
     out->o = o.View(misalign, first * vo);
     out->o_count = tokens * vo;
   }
@@ -568,7 +570,7 @@ int RunCpuBench(int argc, char** argv) {
     if (!known) Fail("unknown family '" + name + "'");
   }
   std::printf("lumen %s CPU benchmark: HV = %d, K = V = %d, fp32 state (%.0f KiB per session), "
-              "%s inputs\n",
+              "%s inputs and output\n",
               lumen_version_string(), kHeads, kKeyDim, kStateBytes / 1024.0,
               options.bf16 ? "bf16" : "fp32");
   std::printf("kernels: %s\n", KernelSimdLevel().c_str());
