@@ -336,7 +336,6 @@ void ScoresBySubChunk(const HeadRule& rule, int32_t key_dim, int32_t length,
   float* between = s.factor;  // F[first, end of an earlier sub-chunk]
   for (int32_t first = 0; first < length; first += sub) {
     const int32_t end = std::min(first + sub, length);
-    const int32_t rows = end - first;
     const float* sub_decay = s.local + (end - 1) * key_dim;  // F[last, first]
     float weakest = 1.0f;
     for (int32_t i = 0; i < key_dim; ++i) weakest = std::min(weakest, sub_decay[i]);
@@ -390,11 +389,18 @@ void ScoresBySubChunk(const HeadRule& rule, int32_t key_dim, int32_t length,
     }
     if (columns > 0) {
       Transpose(columns, key_dim, s.columns, key_dim, s.columns_t, columns);
-      MatMul<Shape>(rows, columns, key_dim, s.rows, key_dim, s.columns_t, columns,
-                    s.scores + first * length, length, Landing::kOverwrite);
-      if (rule.delta) {
-        MatMul<Shape>(rows, columns, key_dim, s.rows_k, key_dim, s.columns_t, columns,
-                      s.transform + first * length, length, Landing::kOverwrite);
+      // By blocks of rows: a split sub-chunk's block takes the columns up to its own end
+      // only (those past it lie above the diagonal), as ScoresByToken's blocks do.
+      for (int32_t row = first; row < end; row += kSubChunk) {
+        const int32_t block = std::min(kSubChunk, end - row);
+        const int32_t used = split ? row + block : columns;
+        const int64_t offset = static_cast<int64_t>(row - first) * key_dim;
+        MatMul<Shape>(block, used, key_dim, s.rows + offset, key_dim, s.columns_t, columns,
+                      s.scores + row * length, length, Landing::kOverwrite);
+        if (rule.delta) {
+          MatMul<Shape>(block, used, key_dim, s.rows_k + offset, key_dim, s.columns_t,
+                        columns, s.transform + row * length, length, Landing::kOverwrite);
+        }
       }
     }
     if (!split) ExactSubChunk(rule, key_dim, length, first, end, s);
