@@ -648,28 +648,10 @@ ChunkwiseArgs ChunkwiseShape(const LayerSpec& spec, int32_t num_sequences, int32
   return args;
 }
 
-// The arguments a chunkwise call of `num_sequences` sequences, the longest of `longest`
-// tokens, would have, for sizing its scratch: the sizing checks the arguments as a launch
-// would, pointers included, and reads only the shapes, so every array points at a
-// placeholder.
-ChunkwiseArgs SizingArgs(const LayerSpec& spec, int32_t num_sequences, int32_t longest) {
-  static float placeholder;
-  static float* placeholder_table[1] = {&placeholder};
-  static int32_t placeholder_offsets[1];
-  ChunkwiseArgs sizing = ChunkwiseShape(spec, num_sequences, longest);
-  sizing.q = sizing.k = sizing.v = sizing.o = &placeholder;
-  if (sizing.decay != Decay::kNone) sizing.log_decay = &placeholder;
-  if (sizing.delta_rule) sizing.beta = &placeholder;
-  sizing.states = placeholder_table;
-  if (sizing.normalize) sizing.normalizers = placeholder_table;
-  sizing.cu_seqlens = placeholder_offsets;
-  return sizing;
-}
-
 // The chunkwise kernel's scratch for `num_sequences` sequences, the longest of `longest`
 // tokens.
 int64_t ChunkScratchBytes(const LayerSpec& spec, int32_t num_sequences, int32_t longest) {
-  return ChunkwiseScratchBytes(SizingArgs(spec, num_sequences, longest));
+  return ChunkwiseScratchBytes(SizingArgs(ChunkwiseShape(spec, num_sequences, longest)));
 }
 
 // What a prefill's scratch depends on.
@@ -741,7 +723,7 @@ PrefillPlan PlanPrefill(const LayerSpec& spec, const LayerRun& run) {
 // of them holding all max_tokens tokens (its scratch never shrinks as a sequence grows).
 int64_t MostChunkScratchBytes(const LayerSpec& spec, int32_t max_sessions,
                               int32_t max_tokens) {
-  return MostChunkwiseScratchBytes(SizingArgs(spec, max_sessions, max_tokens));
+  return MostChunkwiseScratchBytes(SizingArgs(ChunkwiseShape(spec, max_sessions, max_tokens)));
 }
 
 // The most scratch (bytes) any call over device buffers of at most `max_sessions` sessions

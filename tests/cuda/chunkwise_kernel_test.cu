@@ -447,9 +447,6 @@ void Check(const Problem& p, std::mt19937_64& rng, cudaStream_t stream) {
 // budget (so that the count crosses the units the budget holds), and lengths of one chunk to
 // many. Host code only: it reads the shapes.
 void CheckMostScratch() {
-  static float placeholder;
-  static float* table[1] = {&placeholder};
-  static int32_t offsets[1];
   for (const Family& f : kFamilies) {
     for (auto [value_heads, dim] : {std::pair{1, 8}, {4, 64}, {32, 128}, {64, 256}}) {
       for (int32_t length : {1, 64, 1000, 65536}) {
@@ -461,12 +458,7 @@ void CheckMostScratch() {
         a.delta_rule = f.delta;
         a.normalize = f.normalize;
         a.max_seqlen = length;
-        a.q = a.k = a.v = a.o = &placeholder;
-        if (a.decay != Decay::kNone) a.log_decay = &placeholder;
-        if (a.delta_rule) a.beta = &placeholder;
-        a.states = table;
-        if (a.normalize) a.normalizers = table;
-        a.cu_seqlens = offsets;
+        a = lumen::cuda::SizingArgs(a);
         int64_t most = 0;
         bool pass = true;
         for (int32_t n = 1; n <= 3000; ++n) {

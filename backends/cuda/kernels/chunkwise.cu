@@ -1909,6 +1909,19 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
 
 }  // namespace
 
+ChunkwiseArgs SizingArgs(ChunkwiseArgs shape) {
+  static float placeholder;
+  static float* placeholder_table[1] = {&placeholder};
+  static int32_t placeholder_offsets[1];
+  shape.q = shape.k = shape.v = shape.o = &placeholder;
+  shape.log_decay = shape.decay != Decay::kNone ? &placeholder : nullptr;
+  shape.beta = shape.delta_rule ? &placeholder : nullptr;
+  shape.states = placeholder_table;
+  shape.normalizers = shape.normalize ? placeholder_table : nullptr;
+  shape.cu_seqlens = placeholder_offsets;
+  return shape;
+}
+
 int64_t ChunkwiseScratchBytes(const ChunkwiseArgs& args) {
   if (!ArgsValid(args) || args.num_sequences == 0 || args.max_seqlen == 0) return 0;
   return ScratchBytes(MakePlan(args), args);

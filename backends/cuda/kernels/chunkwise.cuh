@@ -48,6 +48,11 @@ cudaError_t LaunchChunkwise(const ChunkwiseArgs& args, void* scratch, cudaStream
 // Device scratch bytes LaunchChunkwise needs for `args` (0 when none).
 int64_t ChunkwiseScratchBytes(const ChunkwiseArgs& args);
 
+// `shape` with every array a launch reads or writes pointed at a placeholder (the sizing
+// functions check the arguments as a launch would, pointers included, but read only the
+// shapes): for sizing a call before its buffers exist. Never launch it.
+ChunkwiseArgs SizingArgs(ChunkwiseArgs shape);
+
 // The most ChunkwiseScratchBytes over every call of 1 .. args.num_sequences sequences whose
 // longest holds args.max_seqlen tokens (what a reservation must cover). The size does not grow
 // steadily with the number of sequences; this finds the largest without trying each.
