@@ -864,6 +864,52 @@ TEST_CASE("bf16 state storage stays within 5e-3 of the reference that stores ali
   }
 }
 
+TEST_CASE("a long prefill's 16-bit inputs and output are converted whole, in pieces",
+          "[session][half]") {
+  // 1500 tokens of HV = 4 heads of V = 64 are 384000 values of v and of the output: several
+  // of the 64 Ki-value pieces converted in parallel. The 16-bit call must equal, bit for bit,
+  // the fp32 call on the same (rounded) inputs, its output that call's output rounded.
+  const int config = GENERATE(range(0, NumConfigs()));
+  const int32_t dtype = GENERATE(as<int32_t>{}, LUMEN_DTYPE_BFLOAT16, LUMEN_DTYPE_FLOAT16);
+  const uint32_t seed = SeedFor({11, config});
+  std::mt19937 rng(seed);
+  const RefLayer layer = MakeLayer(config, 48, 64, rng);
+  INFO(layer.Describe() << " dtype " << dtype << " seed=" << seed);
+  Fixture f(layer, 2);
+  const int64_t T = 1500;
+  const TokenData data = RandomTokens(layer, T, rng);
+  const EncodedTokens half = EncodeTokens(data, dtype);
+  TokenData rounded = data;
+  for (std::vector<float>* x : {&rounded.q, &rounded.k, &rounded.v, &rounded.g, &rounded.beta}) {
+    *x = RoundAll(*x, dtype);
+  }
+  const EncodedTokens full = EncodeTokens(rounded, LUMEN_DTYPE_FLOAT32);
+  const StateValues initial = RandomValues(layer, rng);
+  auto run = [&](const EncodedTokens& in, int32_t out_dtype, StateValues* state) {
+    SessionPtr s = f.Session();
+    Write(s.get(), layer, initial);
+    OutputBuffer out;
+    std::string error;
+    const lumen_status status =
+        RunSession(s.get(), 0, layer, in, Path::kPrefill, {}, out_dtype, &out, &error);
+    INFO(error);
+    REQUIRE(status == LUMEN_OK);
+    *state = Read(s.get(), layer);
+    return out;
+  };
+  StateValues from_full, from_half, from_half_out;
+  const OutputBuffer reference = run(full, LUMEN_DTYPE_FLOAT32, &from_full);
+  const OutputBuffer half_in = run(half, LUMEN_DTYPE_FLOAT32, &from_half);
+  const OutputBuffer half_both = run(half, dtype, &from_half_out);
+  // Compared as flags: Catch would print every byte of a failing pair of vectors.
+  const bool inputs_same = half_in.bytes == reference.bytes;
+  const bool output_rounded = half_both.bytes == Encode(reference.Values(), dtype);
+  CHECK(inputs_same);
+  CHECK(output_rounded);
+  CHECK(BitwiseEqual(from_half.matrix, from_full.matrix));
+  CHECK(BitwiseEqual(from_half_out.matrix, from_full.matrix));
+}
+
 TEST_CASE("1 and 4 threads give equal results", "[session][threads]") {
   const int config = GENERATE(range(0, NumConfigs()));
   const uint32_t seed = SeedFor({10, config});
