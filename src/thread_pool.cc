@@ -1,5 +1,7 @@
 #include "src/thread_pool.h"
 
+#include <algorithm>
+
 #include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -122,6 +124,15 @@ void ThreadPool::WorkerLoop(int32_t slot) {
 void ThreadPool::ParallelFor(int64_t num_tasks,
                              const std::function<void(int64_t, int32_t)>& fn) {
   Run(num_tasks, false, fn);
+}
+
+void ThreadPool::ParallelForPieces(int64_t count, int64_t piece,
+                                   const std::function<void(int64_t, int64_t)>& fn) {
+  if (count <= 0) return;
+  Run((count + piece - 1) / piece, false, [&](int64_t task, int32_t) {
+    const int64_t begin = task * piece;
+    fn(begin, std::min(piece, count - begin));
+  });
 }
 
 void ThreadPool::ParallelForBlocks(int64_t num_tasks,

@@ -42,6 +42,11 @@ class ThreadPool {
   // core's cache, and threads meet only at the blocks' edges.
   void ParallelForBlocks(int64_t num_tasks, const std::function<void(int64_t, int32_t)>& fn);
 
+  // ParallelFor over [0, count) cut into pieces of `piece` elements (the last one shorter):
+  // fn(begin, size) once per piece, for a pass over a large array.
+  void ParallelForPieces(int64_t count, int64_t piece,
+                         const std::function<void(int64_t, int64_t)>& fn);
+
  private:
   void WorkerLoop(int32_t slot);
   void RunTasks(int32_t slot);

@@ -19,8 +19,6 @@ namespace {
 // 512 KiB, which L2 holds), walked this many tokens (two chunks) at a time.
 constexpr int64_t kPrefillHeadGroup = 8;
 constexpr int64_t kPrefillSliceTokens = 2 * kChunkSize;
-// Output values one task converts to a 16-bit dtype: a step's output stays one task.
-constexpr int64_t kOutputPieceValues = int64_t{1} << 16;
 
 }  // namespace
 
@@ -241,12 +239,9 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
 
   if (!direct_output) {  // a 16-bit output, converted in pieces on every thread
     const DType dtype = static_cast<DType>(run.output->dtype);
-    const int64_t pieces = (out_count + kOutputPieceValues - 1) / kOutputPieceValues;
-    pool_.ParallelFor(pieces, [&](int64_t piece, int32_t) {
-      const int64_t begin = piece * kOutputPieceValues;
+    pool_.ParallelForPieces(out_count, kPassPieceValues, [&](int64_t begin, int64_t size) {
       StoreFromFloat(output_scratch_.data() + begin, dtype,
-                     static_cast<char*>(run.output->o) + begin * DTypeSize(dtype),
-                     std::min(kOutputPieceValues, out_count - begin));
+                     static_cast<char*>(run.output->o) + begin * DTypeSize(dtype), size);
     });
   }
   return absl::OkStatus();

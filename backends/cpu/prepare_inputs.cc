@@ -28,11 +28,6 @@ int64_t ScanForOutOfDomain(const float* values, int64_t count, const InputDomain
   return FirstOutOfDomain(values, count, domain);
 }
 
-// Values one task of a parallel load checks (and converts): large enough that a task
-// outweighs waking a thread, small enough that a prefill's q, k and v split across every
-// thread, and that a converted piece is still in cache when it is checked.
-constexpr int64_t kScanTaskValues = int64_t{1} << 16;
-
 // One input laid out [tokens, heads, per_head] as fp32 in *values, its raw values checked
 // against `domain` (when the call checks values): the caller's buffer itself when it is fp32,
 // else converted into `storage`. A prefill's inputs (hundreds of MiB) are converted and
@@ -49,11 +44,8 @@ absl::Status LoadChecked(const Call& call, ThreadPool& pool, const char* tensor,
   *values = fp32;
   if (!convert && !call.check_values) return absl::OkStatus();
   const int64_t element_bytes = DTypeSize(static_cast<DType>(dtype));
-  const int64_t tasks = (count + kScanTaskValues - 1) / kScanTaskValues;
   std::atomic<int64_t> bad{count};
-  pool.ParallelFor(tasks, [&](int64_t task, int32_t) {
-    const int64_t begin = task * kScanTaskValues;
-    const int64_t size = std::min(kScanTaskValues, count - begin);
+  pool.ParallelForPieces(count, kPassPieceValues, [&](int64_t begin, int64_t size) {
     if (convert) {
       LoadAsFloat(static_cast<const char*>(src) + begin * element_bytes,
                   static_cast<DType>(dtype), storage->data() + begin, size);

@@ -47,6 +47,12 @@ struct PreparedInputs {
   ConvScratch conv_scratch;
 };
 
+// Elements one task of a parallel pass over a call's inputs or output takes (conversion,
+// checks): large enough that a task outweighs waking a thread, small enough that a
+// prefill's q, k and v split across every thread, and that a converted piece is still in
+// cache when it is checked.
+inline constexpr int64_t kPassPieceValues = int64_t{1} << 16;
+
 // One thread's rows of one head, as PrepareHeadInputs makes them.
 struct HeadInputScratch {
   std::vector<float> q, k, v, g, beta;

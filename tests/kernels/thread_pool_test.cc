@@ -1,6 +1,7 @@
 // The fork-join pool (src/thread_pool.h): every task of a call runs exactly once, no two
-// threads of a call share a slot, blocks are contiguous, and a call completes whether the
-// workers are spinning, asleep or late (the caller then runs their share).
+// threads of a call share a slot, blocks are contiguous, pieces cover an array once, and a
+// call completes whether the workers are spinning, asleep or late (the caller then runs
+// their share).
 
 #include "src/thread_pool.h"
 
@@ -96,6 +97,23 @@ TEST_CASE("ThreadPool lets a slow worker finish the task it claimed", "[cpu][thr
       finished.fetch_add(1);
     });
     REQUIRE(finished.load() == 4);  // the call returned only once every task was done
+  }
+}
+
+TEST_CASE("ThreadPool::ParallelForPieces covers every element once, the last piece short",
+          "[cpu][thread_pool]") {
+  ThreadPool pool(3);
+  for (int64_t count : {0, 1, 64, 65, 1000}) {
+    INFO("count " << count);
+    std::vector<std::atomic<int32_t>> covered(static_cast<size_t>(count));
+    std::atomic<int64_t> pieces{0};
+    pool.ParallelForPieces(count, 64, [&](int64_t begin, int64_t size) {
+      pieces.fetch_add(1);
+      if (begin % 64 != 0 || size < 1 || size > 64) return;  // leaves its elements uncovered
+      for (int64_t i = begin; i < begin + size; ++i) covered[i].fetch_add(1);
+    });
+    CHECK(pieces.load() == (count + 63) / 64);
+    for (int64_t i = 0; i < count; ++i) REQUIRE(covered[i].load() == 1);
   }
 }
 
