@@ -15,8 +15,8 @@
 // fp32's range.
 //   - No gate or one gate per token: P = tril(Q K^T) ⊙ F, the decay applied after the product.
 //   - Per-channel gates (gla, kda): F differs by channel, so it must be inside the product.
-//     The chunk is cut into sub-chunks (the longest of 64, 32 or 16 tokens whose every
-//     sub-chunk keeps its decay above kMinSplitFactor, else 16); rows of sub-chunk j are scaled
+//     The chunk is cut into sub-chunks (the whole chunk or halves of it, down to 16 tokens:
+//     the longest whose every sub-chunk keeps its decay above kMinSplitFactor, else 16); rows of sub-chunk j are scaled
 //     against its first token r (q_t F[t, r] <= 1), columns s before it by F[r, s] <= 1, and
 //     their product is then exactly q_t k_s F[t, s]. Inside a sub-chunk the columns are
 //     k_s / F[s, r] >= 1, which stays finite while the sub-chunk's decay is above
@@ -45,7 +45,7 @@ constexpr float kNegligibleFactor = 1e-30f;
 // q_t F[t, r] >= 8.8e-27 far from denormals, for inputs of any sane magnitude.
 constexpr float kMinSplitFactor = 8.8e-27f;
 // Shortest sub-chunk of a per-channel gate: one 16-float vector of columns. Longer ones
-// (kChunkSize / 2, kChunkSize) are taken where every sub-chunk's decay allows the split
+// (up to kChunkSize) are taken where every sub-chunk's decay allows the split
 // inside it: fewer, larger products and fewer scaled copies of the columns.
 constexpr int32_t kSubChunk = 16;
 

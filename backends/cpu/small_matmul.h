@@ -1,6 +1,6 @@
 #pragma once
 // Row-major fp32 matrix products for the chunkwise form, register-blocked. Sizes are at most
-// a chunk (64) by a head width, all in L1/L2, so the products run from cache: the speed is in
+// a chunk (32) by a head width, all in L1/L2, so the products run from cache: the speed is in
 // keeping enough independent accumulators in registers that every cycle issues its
 // multiply-adds. A tile of Rows x (Vectors * Width) floats of C is summed in registers while
 // the rows of B stream past, one broadcast of A per row and multiply-add row; the tile's size
@@ -22,7 +22,7 @@ struct MatMulShape {
 };
 
 // AVX-512 (32 registers of 16 floats): 8 x 32 floats, 16 accumulators, 2 loads of B and 8
-// broadcasts per 16 multiply-adds. 8 rows divide the chunk (64) and the head widths.
+// broadcasts per 16 multiply-adds. 8 rows divide the chunk (32) and the head widths.
 using Avx512Shape = MatMulShape<8, 2, 16>;
 // AVX2 (16 registers of 8 floats): 6 x 16, 12 accumulators + 2 of B + 1 broadcast.
 using Avx2Shape = MatMulShape<6, 2, 8>;
@@ -141,7 +141,7 @@ inline constexpr int32_t kPanelDepth = 128;
 
 // Copies `depth` rows of kStripWidth floats (ldb apart in b) into panel, contiguous. The
 // tiles then read B at a fixed stride from one block of L1: read in place, a strip of a
-// [128, 128] state or a chunk's [K, 64] keys spans rows 512 or 256 bytes apart that share few
+// [128, 128] state or a chunk's [K, C] keys spans rows 512 or 4C bytes apart that share few
 // L1 sets, and the products ran at 55-70% of the speed they reach from a packed panel.
 template <int32_t kStripWidth>
 [[gnu::always_inline]] inline void PackPanel(int32_t depth, const float* b, int64_t ldb,

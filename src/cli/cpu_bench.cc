@@ -28,8 +28,8 @@ constexpr int32_t kHeads = 32;
 constexpr int32_t kKeyDim = 128;
 constexpr int32_t kValueDim = 128;
 constexpr int64_t kStateBytes = int64_t{kHeads} * kKeyDim * kValueDim * 4;
-// Chunk length the prefill's nominal flop count assumes (lumen's kChunkSize).
-constexpr double kChunk = 64;
+// Chunk length the prefill's nominal flop count assumes (lumen's kChunkSize on the CPU).
+constexpr double kChunk = 32;
 // Tokens of the token-by-token loop that prefill is compared with.
 constexpr int32_t kTokenLoopTokens = 256;
 // Bytes a misaligned buffer starts after a cache line, as malloc often gives.

@@ -356,7 +356,8 @@ void CheckAgainst(const Result& r, const ReferenceResult& ref, double bound) {
   if (!ref.normalizer.empty()) CHECK(Passes(r.normalizer, ref.normalizer, bound));
 }
 
-const int32_t kTokenCounts[] = {1, 19, 63, 64, 65, 130, 200};
+// Around one chunk's end, then several chunks with a partial last one.
+const int32_t kTokenCounts[] = {1, 19, kChunkSize - 1, kChunkSize, kChunkSize + 1, 130, 200};
 const std::pair<int32_t, int32_t> kHeadDims[] = {  // {K, V}
     {1, 1}, {8, 19}, {19, 8}, {64, 64}, {19, 128}, {128, 19}, {128, 128}};
 
@@ -406,7 +407,7 @@ TEST_CASE("Log-decays down to -40 per token keep whole chunks and precision",
       config.rule.gate = gate;
       config.rule.delta = delta;
       config.decay = Decay::kExtreme;
-      for (int32_t t_count : {64, 200}) {
+      for (int32_t t_count : {2 * kChunkSize, 200}) {
         for (auto [key_dim, value_dim] : {std::pair<int32_t, int32_t>{19, 8}, {128, 32}}) {
           const Problem p = MakeProblem(config, t_count, key_dim, value_dim, rng);
           INFO((gate == GateKind::kScalar ? "scalar" : "vector")
@@ -430,7 +431,7 @@ TEST_CASE("A split run equals one run", "[kernels][cpu]") {
     const ReferenceResult ref = Reference(p);
     const Result rec_whole = RunForm(Form::kRecurrent, p, 3, 0, &workspace);
     const Result chunk_whole = RunForm(Form::kChunkwise, p, 3, 0, &workspace);
-    for (int32_t split : {1, 17, 43, 63, 64, 65, 100, 129}) {
+    for (int32_t split : {1, 17, kChunkSize - 1, kChunkSize, kChunkSize + 1, 43, 100, 129}) {
       INFO(config.name << " split=" << split);
       // The recurrent form does the same arithmetic however the tokens are split, and
       // whether or not the delta rule's held write goes into the state at the split.

@@ -61,7 +61,8 @@ void CheckProduct(const Operands& before, const std::vector<float>& out, Landing
       worst = std::max(worst, std::abs(out[i * before.ldc + j] - sum) / (magnitude + 1e-30));
     }
   }
-  CHECK(worst < 1e-5);
+  // fp32 sums' rounding measures below 3e-7 of the terms' magnitude at these sizes.
+  CHECK(worst < 2e-6);
   // Columns past n (the padding of each row) are left alone.
   bool padding_untouched = true;
   for (int32_t i = 0; i < before.m; ++i)
