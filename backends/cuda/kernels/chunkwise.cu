@@ -133,26 +133,54 @@ __device__ float* SlotOf(const SlotLayout& layout, float* scratch, int32_t num_v
   return scratch + slot * layout.slot_floats;
 }
 
+// The one home of the launch grid convention: every per-(sequence, value head[, tile of
+// value columns]) launch numbers its blocks along x as
+// (local_sequence * num_value_heads + value_head) * value_tiles + tile, so LaunchRounds sizes
+// gridDim.x as sequences * num_value_heads * value_tiles; untiled launches have one tile.
+struct GridSlot {
+  int32_t local_sequence;
+  int32_t value_head;
+  int32_t tile;  // of kValueTile value columns
+};
+
+// Tiles of kValueTile value columns per (sequence, value head) in the tiled launches.
+__host__ __device__ constexpr int32_t ValueTiles(int32_t value_dim) {
+  return (value_dim + kValueTile - 1) / kValueTile;
+}
+
+__device__ __forceinline__ GridSlot LocateGridSlot(int32_t num_value_heads,
+                                                   int32_t value_tiles = 1) {
+  GridSlot grid;
+  grid.tile = blockIdx.x % value_tiles;
+  grid.value_head = (blockIdx.x / value_tiles) % num_value_heads;
+  grid.local_sequence = blockIdx.x / value_tiles / num_value_heads;
+  return grid;
+}
+
 // What one block of a per-chunk launch works on: its chunk, the chunk's scratch slot, and the
 // chunk's first q and k rows of the value head's query/key head.
 struct ChunkBlock {
   ChunkSpan span;
   float* slot;
+  int32_t value_head;
   int32_t head;
   int64_t qk_row;  // floats from one token's q (or k) row to the next
   const float* q;
   const float* k;
 };
 
-// Locates (local_sequence, local_chunk, value_head); false where the chunk lies past its
-// sequence's end or the round's sequences, so the block has nothing to do.
+// Locates this block's (sequence, value head) by LocateGridSlot and its chunk by blockIdx.y;
+// false where the chunk lies past its sequence's end or the round's sequences, so the block
+// has nothing to do.
 __device__ bool LocateChunkBlock(const ChunkwiseArgs& args, const SlotLayout& layout,
-                                 const Round& round, float* scratch, int32_t local_sequence,
-                                 int32_t local_chunk, int32_t value_head, ChunkBlock* block) {
-  if (!LocateChunk(args, round, local_sequence, local_chunk, &block->span)) return false;
-  block->slot =
-      SlotOf(layout, scratch, args.num_value_heads, local_sequence, local_chunk, value_head);
-  block->head = value_head / (args.num_value_heads / args.num_heads);
+                                 const Round& round, float* scratch, ChunkBlock* block) {
+  const GridSlot grid = LocateGridSlot(args.num_value_heads);
+  const int32_t local_chunk = blockIdx.y;
+  if (!LocateChunk(args, round, grid.local_sequence, local_chunk, &block->span)) return false;
+  block->slot = SlotOf(layout, scratch, args.num_value_heads, grid.local_sequence, local_chunk,
+                       grid.value_head);
+  block->value_head = grid.value_head;
+  block->head = grid.value_head / (args.num_value_heads / args.num_heads);
   block->qk_row = static_cast<int64_t>(args.num_heads) * args.key_dim;
   const int64_t first =
       static_cast<int64_t>(block->span.start) * block->qk_row + block->head * args.key_dim;
@@ -389,14 +417,8 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   __shared__ float beta[kChunk];
   __shared__ float totals[kIntraThreads];
 
-  const int32_t num_value_heads = args.num_value_heads;
-  const int32_t value_head = blockIdx.x % num_value_heads;
-  const int32_t local_sequence = blockIdx.x / num_value_heads;
   ChunkBlock block;
-  if (!LocateChunkBlock(args, layout, round, scratch, local_sequence, blockIdx.y, value_head,
-                        &block)) {
-    return;
-  }
+  if (!LocateChunkBlock(args, layout, round, scratch, &block)) return;
   const ChunkSpan span = block.span;
   float* slot = block.slot;
   const int32_t key_dim = args.key_dim;
@@ -405,7 +427,7 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   const float* q = block.q;
   const float* k = block.k;
 
-  LoadTokenScalars<kDecay, kDelta>(args, span, value_head, decay, beta, totals);
+  LoadTokenScalars<kDecay, kDelta>(args, span, block.value_head, decay, beta, totals);
   if (kDecay == Decay::kScalar && layout.token_decay > 0 && threadIdx.x < kChunk) {
     slot[layout.token_decay + threadIdx.x] = decay[threadIdx.x];  // b_t for launch 3a
   }
@@ -430,7 +452,7 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
           (c < kIntraSlab ? q_raw : k_raw)[t * kIntraStride + c % kIntraSlab] = value;
         });
     if (kDecay == Decay::kPerChannel) {
-      LoadCumulativeDecay<kIntraSlab, kIntraThreads>(args, span, value_head, k0, b,
+      LoadCumulativeDecay<kIntraSlab, kIntraThreads>(args, span, block.value_head, k0, b,
                                                      kIntraStride, totals);
       // r_i = b at the last token of sub-chunk i - 1 (0 before the chunk).
       for (int e = threadIdx.x; e < kChunk * kIntraSlab; e += kIntraThreads) {
@@ -477,9 +499,9 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   }
   if (!kDelta) return;
   __syncthreads();
-  const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
-  const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
-  SolveTransform<kDecay>(args, span, value_head, k, qk_row, v, v_row, a_matrix, decay, beta,
+  const int64_t v_row = static_cast<int64_t>(args.num_value_heads) * value_dim;
+  const float* v = args.v + static_cast<int64_t>(span.start) * v_row + block.value_head * value_dim;
+  SolveTransform<kDecay>(args, span, block.value_head, k, qk_row, v, v_row, a_matrix, decay, beta,
                          slot + layout.keys, slot + layout.values);
 }
 
@@ -490,23 +512,23 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
 __global__ void NormalizerPrefixKernel(const ChunkwiseArgs args, const SlotLayout layout,
                                        const Round round, float* scratch) {
   const int32_t num_value_heads = args.num_value_heads;
-  const int32_t value_head = blockIdx.x % num_value_heads;
-  const int32_t local_sequence = blockIdx.x / num_value_heads;
-  const int32_t sequence = round.first_sequence + local_sequence;
+  const GridSlot grid = LocateGridSlot(num_value_heads);
+  const int32_t sequence = round.first_sequence + grid.local_sequence;
   if (sequence >= args.num_sequences) return;
-  float* z = args.normalizers[sequence] + static_cast<int64_t>(value_head) * args.key_dim;
+  float* z = args.normalizers[sequence] + static_cast<int64_t>(grid.value_head) * args.key_dim;
   ChunkSpan span;
   int32_t chunks = 0;
   while (chunks < layout.chunks_per_round &&
-         LocateChunk(args, round, local_sequence, chunks, &span)) {
+         LocateChunk(args, round, grid.local_sequence, chunks, &span)) {
     ++chunks;
   }
   if (chunks == 0) return;
   for (int32_t i = threadIdx.x; i < args.key_dim; i += blockDim.x) {
     float running = z[i];
     for (int32_t c = 0; c < chunks; ++c) {
-      float* entry = SlotOf(layout, scratch, num_value_heads, local_sequence, c, value_head) +
-                     layout.normalizer + i;
+      float* entry =
+          SlotOf(layout, scratch, num_value_heads, grid.local_sequence, c, grid.value_head) +
+          layout.normalizer + i;
       const float chunk_sum = *entry;
       *entry = running;
       running += chunk_sum;
@@ -543,12 +565,9 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   const int32_t key_dim = args.key_dim;
   const int32_t value_dim = args.value_dim;
   const int32_t num_value_heads = args.num_value_heads;
-  const int32_t value_tiles = (value_dim + kValueTile - 1) / kValueTile;
-  const int32_t tile = blockIdx.x % value_tiles;
-  const int32_t value_head = (blockIdx.x / value_tiles) % num_value_heads;
-  const int32_t local_sequence = blockIdx.x / value_tiles / num_value_heads;
-  const int32_t v0 = tile * kValueTile;
-  const int32_t head = value_head / (num_value_heads / args.num_heads);
+  const GridSlot grid = LocateGridSlot(num_value_heads, ValueTiles(value_dim));
+  const int32_t v0 = grid.tile * kValueTile;
+  const int32_t head = grid.value_head / (num_value_heads / args.num_heads);
   const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
   const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
 
@@ -564,14 +583,15 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
 
   for (int32_t local_chunk = 0; local_chunk < layout.chunks_per_round; ++local_chunk) {
     ChunkSpan span;
-    if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) break;
+    if (!LocateChunk(args, round, grid.local_sequence, local_chunk, &span)) break;
     const int32_t length = span.length;
     const float* slot =
-        SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
-    float* state = args.states[span.sequence] + static_cast<int64_t>(value_head) * key_dim * value_dim;
+        SlotOf(layout, scratch, num_value_heads, grid.local_sequence, local_chunk, grid.value_head);
+    float* state =
+        args.states[span.sequence] + static_cast<int64_t>(grid.value_head) * key_dim * value_dim;
     const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
     const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
-    LoadTokenScalars<kDecay, false>(args, span, value_head, decay, nullptr, totals);
+    LoadTokenScalars<kDecay, false>(args, span, grid.value_head, decay, nullptr, totals);
     if (kDecay == Decay::kScalar) {
       if (threadIdx.x < kChunk) {
         const int t = threadIdx.x;
@@ -587,7 +607,7 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
     float q_dot_z[4] = {};
     for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
       if (kDecay == Decay::kPerChannel) {
-        LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, q_hat,
+        LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, grid.value_head, k0, q_hat,
                                                        kSlabStride, totals);
       }
       if (kNormalize && threadIdx.x < kInterSlab) {
@@ -670,7 +690,8 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
     for (int i = 0; i < kScoresPerThread; ++i) {
       p_values[i] = __ldg(slot + layout.scores + threadIdx.x + i * kInterThreads);
     }
-    const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+    const float* v =
+        args.v + static_cast<int64_t>(span.start) * v_row + grid.value_head * value_dim;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int t = ty + 16 * i;
@@ -712,7 +733,7 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         }
       }
     }
-    float* o = args.o + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+    float* o = args.o + static_cast<int64_t>(span.start) * v_row + grid.value_head * value_dim;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int t = ty + 16 * i;
@@ -730,7 +751,7 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
     const int row0 = 4 * ty;  // rows row0 .. row0 + 3 of the slab; ty < 16 covers 64
     for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
       if (kDecay == Decay::kPerChannel) {
-        LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, k_end,
+        LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, grid.value_head, k0, k_end,
                                                        kSlabStride, totals);
         if (threadIdx.x < kInterSlab) {
           decay_end[threadIdx.x] = k_end[(length - 1) * kSlabStride + threadIdx.x];
@@ -935,14 +956,11 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
   const int32_t key_dim = args.key_dim;
   const int32_t value_dim = args.value_dim;
   const int32_t num_value_heads = args.num_value_heads;
-  const int32_t value_tiles = (value_dim + kValueTile - 1) / kValueTile;
-  const int32_t tile = blockIdx.x % value_tiles;
-  const int32_t value_head = (blockIdx.x / value_tiles) % num_value_heads;
-  const int32_t local_sequence = blockIdx.x / value_tiles / num_value_heads;
-  const int32_t sequence = round.first_sequence + local_sequence;
+  const GridSlot grid = LocateGridSlot(num_value_heads, ValueTiles(value_dim));
+  const int32_t sequence = round.first_sequence + grid.local_sequence;
   if (sequence >= args.num_sequences) return;
-  const int32_t v0 = tile * kValueTile;
-  const int32_t head = value_head / (num_value_heads / args.num_heads);
+  const int32_t v0 = grid.tile * kValueTile;
+  const int32_t head = grid.value_head / (num_value_heads / args.num_heads);
   const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
   const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
   const int key_slabs = (key_dim + kInterSlab - 1) / kInterSlab;
@@ -960,7 +978,8 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
   // The state tile in registers, in the accumulator layout of K^T U'. for_each_state calls
   // f(entry, key, column, inside) for each entry s[m][n][e] this thread holds: its place in
   // the head's [K, V] state, and whether that lies inside K x V.
-  float* state = args.states[sequence] + static_cast<int64_t>(value_head) * key_dim * value_dim;
+  float* state =
+      args.states[sequence] + static_cast<int64_t>(grid.value_head) * key_dim * value_dim;
   float s[kRegisterWalkSlabs][kTensorValueTiles][4];
   auto for_each_state = [&](auto f) {
 #pragma unroll
@@ -984,17 +1003,18 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
   bool walked = false;
   for (int32_t local_chunk = 0; local_chunk < layout.chunks_per_round; ++local_chunk) {
     ChunkSpan span;
-    if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) break;
+    if (!LocateChunk(args, round, grid.local_sequence, local_chunk, &span)) break;
     walked = true;
     const int32_t length = span.length;
     const int depth = (length + 7) / 8 * 8;  // token steps of the products over t
-    float* slot = SlotOf(layout, scratch, num_value_heads, local_sequence, local_chunk, value_head);
+    float* slot =
+        SlotOf(layout, scratch, num_value_heads, grid.local_sequence, local_chunk, grid.value_head);
     const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
 
     // This chunk's U (or V) entries, loaded now so that their latency hides behind W S0.
     const float* u_in = kDelta ? slot + layout.values
                                : args.v + static_cast<int64_t>(span.start) * v_row +
-                                     value_head * value_dim;
+                                     grid.value_head * value_dim;
     const int64_t u_row = kDelta ? value_dim : v_row;
     float u_values[kTensorValueTiles][4];
 #pragma unroll
@@ -1113,22 +1133,19 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
   const int32_t key_dim = args.key_dim;
   const int32_t value_dim = args.value_dim;
   const int32_t num_value_heads = args.num_value_heads;
-  const int32_t value_tiles = (value_dim + kValueTile - 1) / kValueTile;
-  const int32_t tile = blockIdx.x % value_tiles;
-  const int32_t value_head = (blockIdx.x / value_tiles) % num_value_heads;
-  const int32_t local_sequence = blockIdx.x / value_tiles / num_value_heads;
+  const GridSlot grid = LocateGridSlot(num_value_heads, ValueTiles(value_dim));
   const int32_t local_chunk = blockIdx.y;
   ChunkSpan span;
-  if (!LocateChunk(args, round, local_sequence, local_chunk, &span)) return;
-  const int32_t v0 = tile * kValueTile;
-  const int32_t head = value_head / (num_value_heads / args.num_heads);
+  if (!LocateChunk(args, round, grid.local_sequence, local_chunk, &span)) return;
+  const int32_t v0 = grid.tile * kValueTile;
+  const int32_t head = grid.value_head / (num_value_heads / args.num_heads);
   const int64_t qk_row = static_cast<int64_t>(args.num_heads) * key_dim;
   const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
   const int32_t length = span.length;
   const int depth = (length + 7) / 8 * 8;
   const float* slot =
-      SlotOf(layout, const_cast<float*>(scratch), num_value_heads, local_sequence, local_chunk,
-             value_head);
+      SlotOf(layout, const_cast<float*>(scratch), num_value_heads, grid.local_sequence, local_chunk,
+             grid.value_head);
   const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
   const bool state_quads = QuadAligned(scratch, value_dim, value_dim);
   const bool input_quads = QuadAligned(args.q + head * key_dim, qk_row, key_dim);
@@ -1142,7 +1159,7 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
   float* u = region;                                // [C, tile] U'
   float* p = region + kChunk * kRowStrideB;         // [C, C] P
 
-  LoadTokenScalars<kDecay, false>(args, span, value_head, decay, nullptr, totals);
+  LoadTokenScalars<kDecay, false>(args, span, grid.value_head, decay, nullptr, totals);
   if (kDecay == Decay::kScalar) {
     if (threadIdx.x < kChunk) decay_up[threadIdx.x] = __expf(decay[threadIdx.x]);
     __syncthreads();
@@ -1152,7 +1169,7 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
   float out[kTensorValueTiles][4] = {};
   for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
     if (kDecay == Decay::kPerChannel) {
-      LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, value_head, k0, q_hat,
+      LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, grid.value_head, k0, q_hat,
                                                      kRowStrideA, totals);
     }
     StageTile<kInterSlab, kValueTile>(
@@ -1191,7 +1208,7 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
   }
   const float* v = kDelta ? slot + layout.values
                           : args.v + static_cast<int64_t>(span.start) * v_row +
-                                value_head * value_dim;
+                                grid.value_head * value_dim;
   const int64_t u_row = kDelta ? value_dim : v_row;
   StageTile<kChunk, kValueTile>(v + v0, u_row, length, value_dim - v0, u, kRowStrideB,
                                 QuadAligned(v, u_row, value_dim));
@@ -1199,7 +1216,7 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
   __syncthreads();
   WarpProductTf32x3<kTensorValueTiles, false>(out, out, p + row0 * kRowStrideA, nullptr,
                                               kRowStrideA, 1, u, kRowStrideB, depth);
-  float* o = args.o + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+  float* o = args.o + static_cast<int64_t>(span.start) * v_row + grid.value_head * value_dim;
 #pragma unroll
   for (int n = 0; n < kTensorValueTiles; ++n) {
 #pragma unroll
@@ -1437,19 +1454,13 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
   constexpr bool kChannels = kDecay == Decay::kPerChannel;
   constexpr int kItems = kScoreItems<kChannels>;
 
-  const int32_t num_value_heads = args.num_value_heads;
-  const int32_t value_head = blockIdx.x % num_value_heads;
-  const int32_t local_sequence = blockIdx.x / num_value_heads;
   ChunkBlock block;
-  if (!LocateChunkBlock(args, layout, round, scratch, local_sequence, blockIdx.y, value_head,
-                        &block)) {
-    return;
-  }
+  if (!LocateChunkBlock(args, layout, round, scratch, &block)) return;
   const ChunkSpan span = block.span;
+  const int32_t length = span.length;
   float* slot = block.slot;
   const int32_t key_dim = args.key_dim;
   const int32_t value_dim = args.value_dim;
-  const int32_t length = span.length;
   const int32_t head = block.head;
   const int64_t qk_row = block.qk_row;
   const float* q = block.q;
@@ -1462,7 +1473,7 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
   float* b_s = shared + regions.third;   // [C, stride] b_t per channel; then A
   float* inverse = b_s + kSquareFloats;  // [C, kInverseStride] D_i, block row i
 
-  LoadTokenScalars<kDecay, kDelta>(args, span, value_head, decay, beta, totals);
+  LoadTokenScalars<kDecay, kDelta>(args, span, block.value_head, decay, beta, totals);
   if (kDecay == Decay::kScalar && threadIdx.x < kChunk) {
     slot[layout.token_decay + threadIdx.x] = decay[threadIdx.x];  // b_t for launch 3a
   }
@@ -1477,7 +1488,9 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
       for (int t0 = 0; t0 < kChunk; t0 += 16) {
         float g[16];
 #pragma unroll
-        for (int t = 0; t < 16; ++t) g[t] = FetchLogDecay(args, span, value_head, 0, t0 + t, c);
+        for (int t = 0; t < 16; ++t) {
+          g[t] = FetchLogDecay(args, span, block.value_head, 0, t0 + t, c);
+        }
 #pragma unroll
         for (int t = 0; t < 16; ++t) {
           running += g[t];
@@ -1673,8 +1686,8 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
       if (c + x < key_dim) w[t * key_dim + c + x] = xv[x];
     }
   });
-  const int64_t v_row = static_cast<int64_t>(num_value_heads) * value_dim;
-  const float* v = args.v + static_cast<int64_t>(span.start) * v_row + value_head * value_dim;
+  const int64_t v_row = static_cast<int64_t>(args.num_value_heads) * value_dim;
+  const float* v = args.v + static_cast<int64_t>(span.start) * v_row + block.value_head * value_dim;
   float* u = slot + layout.values;
   float* tile = q_s;  // [C, kSolveStride]
   for (int32_t v0 = 0; v0 < value_dim; v0 += kSolveTile) {
@@ -1853,7 +1866,7 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
     status = PreferSharedMemory<InterChunkKernel<kDecay, kDelta, kNormalize>>();
   }
   if (status != cudaSuccess) return status;
-  const int32_t value_tiles = (args.value_dim + kValueTile - 1) / kValueTile;
+  const int32_t value_tiles = ValueTiles(args.value_dim);
   for (int32_t first_sequence = 0; first_sequence < args.num_sequences;
        first_sequence += plan.sequences_per_round) {
     const int32_t sequences =
@@ -1862,7 +1875,10 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
          first_chunk += layout.chunks_per_round) {
       const Round round{first_sequence, first_chunk};
       const int32_t chunks = std::min(layout.chunks_per_round, plan.max_chunks - first_chunk);
-      const dim3 intra_grid(sequences * args.num_value_heads, chunks);
+      // gridDim.x as LocateGridSlot reads it: a block per (sequence, value head), times
+      // value_tiles for the launches over tiles of value columns.
+      const int32_t head_blocks = sequences * args.num_value_heads;
+      const dim3 intra_grid(head_blocks, chunks);
       bool launched = false;
 #if LUMEN_GPU_NVIDIA_PATHS
       if constexpr (kTensorIntra) {
@@ -1880,10 +1896,9 @@ cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scr
             <<<intra_grid, kIntraThreads, 0, stream>>>(args, layout, round, scratch);
       }
       if (kNormalize) {
-        NormalizerPrefixKernel<<<sequences * args.num_value_heads, 128, 0, stream>>>(
-            args, layout, round, scratch);
+        NormalizerPrefixKernel<<<head_blocks, 128, 0, stream>>>(args, layout, round, scratch);
       }
-      const int32_t walks = sequences * args.num_value_heads * value_tiles;
+      const int32_t walks = head_blocks * value_tiles;
       launched = false;
 #if LUMEN_GPU_NVIDIA_PATHS
       if constexpr (!kNormalize) {
