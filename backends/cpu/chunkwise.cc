@@ -261,7 +261,7 @@ void ScoresByToken(const HeadRule& rule, int32_t key_dim, int32_t length,
 }
 
 // F[t, r] for every t of each sub-chunk of `sub` tokens (r its first token; `local`),
-// F[last, s] for every s (last its last token; `tail`).
+// F[last, s] for every s (last its last token; `tail`) where a later sub-chunk reads it.
 void SubChunkDecays(int32_t key_dim, int32_t length, int32_t sub, const ChunkScratch& s) {
   for (int32_t first = 0; first < length; first += sub) {
     const int32_t last = std::min(first + sub, length) - 1;
@@ -273,6 +273,8 @@ void SubChunkDecays(int32_t key_dim, int32_t length, int32_t sub, const ChunkScr
 #pragma omp simd
       for (int32_t i = 0; i < key_dim; ++i) out[i] = Negligible(prev[i] * e[i]);
     }
+    // Only columns of earlier sub-chunks read `tail`: a chunk that is one sub-chunk has none.
+    if (last == length - 1 && first == 0) break;
     std::fill_n(s.tail + last * key_dim, key_dim, 1.0f);
     for (int32_t t = last - 1; t >= first; --t) {
       const float* next = s.tail + (t + 1) * key_dim;
