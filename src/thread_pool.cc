@@ -1,7 +1,6 @@
 #include "src/thread_pool.h"
 
 #include <algorithm>
-
 #include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -16,12 +16,13 @@
 //   - No gate or one gate per token: P = tril(Q K^T) ⊙ F, the decay applied after the product.
 //   - Per-channel gates (gla, kda): F differs by channel, so it must be inside the product.
 //     The chunk is cut into sub-chunks (the whole chunk or halves of it, down to 16 tokens:
-//     the longest whose every sub-chunk keeps its decay above kMinSplitFactor, else 16); rows of sub-chunk j are scaled
-//     against its first token r (q_t F[t, r] <= 1), columns s before it by F[r, s] <= 1, and
-//     their product is then exactly q_t k_s F[t, s]. Inside a sub-chunk the columns are
-//     k_s / F[s, r] >= 1, which stays finite while the sub-chunk's decay is above
-//     kMinSplitFactor in every channel; a sub-chunk whose decay is stronger (average log-decay
-//     below -4 per token in some channel) gets each of its terms with its own product of e.
+//     the longest whose every sub-chunk keeps its decay above kMinSplitFactor, else 16);
+//     rows of sub-chunk j are scaled against its first token r (q_t F[t, r] <= 1), columns s
+//     before it by F[r, s] <= 1, and their product is then exactly q_t k_s F[t, s]. Inside a
+//     sub-chunk the columns are k_s / F[s, r] >= 1, which stays finite while the sub-chunk's
+//     decay is above kMinSplitFactor in every channel; a sub-chunk whose decay is stronger
+//     (average log-decay below -4 per token in some channel) gets each of its terms with its
+//     own product of e.
 // Decay factors below kNegligibleFactor are taken as 0, so no factor is ever denormal (a
 // denormal operand slows multiplies on x86 by two orders of magnitude): a term that small is
 // far below the rounding of the terms beside it (the diagonal term has factor 1).

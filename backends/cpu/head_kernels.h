@@ -41,10 +41,10 @@ struct ChunkWorkspace {
   int64_t chunks_run = 0;  // chunks RunChunkwise has run with this workspace (tests count them)
 };
 
-// Largest number of tokens in one chunk of the chunkwise form. 32 measured 10-45% faster than
-// 64 or 128 for almost every family, and about level with 16 (README, "On the CPU"): a chunk's
-// q, k and v rows (16 KiB each at K = V = 128) stay in L1 beside a strip of the state, and the
-// C x C products do half the flops of 64's.
+// Largest number of tokens in one chunk of the chunkwise form. 32 measured faster than 64 (by
+// 8-69% on one thread) and 128 for every family but kda, which was level, and about level
+// with 16 (README, "On the CPU"): a chunk's q, k and v rows (16 KiB each at K = V = 128) stay
+// in L1 beside a strip of the state, and the C x C products do half the flops of 64's.
 inline constexpr int32_t kChunkSize = 32;
 
 // Sizes the workspace for heads of these dims, so that RunChunkwise never allocates (a call
