@@ -166,7 +166,7 @@ void ScaleChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, in
     const float* g = seq.g + (start + t) * seq.g_stride;
     float* e = s.decay + t * width;
 #pragma omp simd
-    for (int32_t i = 0; i < width; ++i) e[i] = Negligible(VectorExp(g[i]));
+    for (int32_t i = 0; i < width; ++i) e[i] = ExpAboveFloor(g[i], kNegligibleFactor);
   }
   std::copy_n(s.decay, width, s.from_start);
   for (int32_t t = 1; t < length; ++t) {

@@ -20,13 +20,14 @@ inline float BitsToFloat(int32_t bits) {
 // 2^n for an integer-valued n in [-126, 127].
 inline float PowerOfTwo(int32_t n) { return BitsToFloat((n + 127) << 23); }
 
-// e^x. Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for e^r, then
-// 2^n applied in two halves so that results down to the smallest denormal (n = -150) and up
-// to FLT_MAX (n = 128) need no special case. Below -104 the result rounds to 0, above 88.75
-// to infinity, as libm's do.
-inline float VectorExp(float x) {
-  x = x < -104.0f ? -104.0f : x;
-  x = x > 88.75f ? 88.75f : x;
+// e^x as e_r 2^n: Cephes' expf reduction x = n ln2 + r, |r| <= ln2 / 2, and its degree-6
+// polynomial for e^r. x must lie in [-104, 88.75].
+struct ExpParts {
+  float e_r;
+  int32_t n;
+};
+
+inline ExpParts ReduceExp(float x) {
   // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick: |x / ln2| < 2^22.
   constexpr float kRound = 12582912.0f;
   const float n = (x * 1.44269504088896341f + kRound) - kRound;
@@ -40,10 +41,28 @@ inline float VectorExp(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float e_r = p * (r * r) + r + 1.0f;
-  const int32_t whole = static_cast<int32_t>(n);
-  const int32_t half = whole >> 1;  // floor: both halves in [-75, 64]
-  return e_r * PowerOfTwo(half) * PowerOfTwo(whole - half);
+  return {p * (r * r) + r + 1.0f, static_cast<int32_t>(n)};
+}
+
+// e^x. 2^n is applied in two halves so that results down to the smallest denormal
+// (n = -150) and up to FLT_MAX (n = 128) need no special case. Below -104 the result rounds
+// to 0, above 88.75 to infinity, as libm's do.
+inline float VectorExp(float x) {
+  x = x < -104.0f ? -104.0f : x;
+  x = x > 88.75f ? 88.75f : x;
+  const ExpParts parts = ReduceExp(x);
+  const int32_t half = parts.n >> 1;  // floor: both halves in [-75, 64]
+  return parts.e_r * PowerOfTwo(half) * PowerOfTwo(parts.n - half);
+}
+
+// e^x for x <= 0, with results below `floor` (at least 1e-37) taken as 0: VectorExp's value
+// bit for bit wherever that is `floor` or more (2^n in one step is exact there, as in two),
+// in fewer operations, for decays that drop what is negligible anyway.
+inline float ExpAboveFloor(float x, float floor) {
+  x = x < -87.0f ? -87.0f : x;  // n >= -126: 2^n stays a normal float
+  const ExpParts parts = ReduceExp(x);
+  const float value = parts.e_r * PowerOfTwo(parts.n);
+  return value < floor ? 0.0f : value;
 }
 
 // log(1 + e) for e in [0, 1]: e (1 + e r(e)), r of degree 8, the minimax fit (Chebyshev

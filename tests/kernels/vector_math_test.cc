@@ -1,5 +1,6 @@
 // vector_math.h against libm in float64, over the whole fp32 range: the vectorised exp and
-// softplus (kda's gate) as the kernels run them, in loops built at each SIMD level.
+// softplus (kda's gate) as the kernels run them, in loops built at each SIMD level; and the
+// chunkwise decays' ExpAboveFloor against VectorExp, bit for bit.
 
 #include "backends/cpu/vector_math.h"
 
@@ -21,6 +22,12 @@ LUMEN_CPU_KERNEL
 void ExpAll(const float* x, int64_t n, float* out) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) out[i] = VectorExp(x[i]);
+}
+
+LUMEN_CPU_KERNEL
+void ExpAboveFloorAll(const float* x, int64_t n, float floor, float* out) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = ExpAboveFloor(x[i], floor);
 }
 
 LUMEN_CPU_KERNEL
@@ -106,6 +113,25 @@ TEST_CASE("VectorExp matches exp over the fp32 range", "[kernels][cpu][vector_ma
   std::vector<float> out(x.size());
   ExpAll(x.data(), static_cast<int64_t>(x.size()), out.data());
   Report("exp", Measure(x, out, [](double v) { return std::exp(v); }));
+}
+
+TEST_CASE("ExpAboveFloor is VectorExp with results below the floor taken as 0",
+          "[kernels][cpu][vector_math]") {
+  std::vector<float> x;
+  AppendRange(-0.0f, -120.0f, 257, &x);  // every result from 1 down past the floors
+  AppendRange(-120.0f, -3e38f, 100003, &x);
+  std::vector<float> exp(x.size()), out(x.size());
+  ExpAll(x.data(), static_cast<int64_t>(x.size()), exp.data());
+  for (const float floor : {1e-30f, 1e-37f}) {
+    ExpAboveFloorAll(x.data(), static_cast<int64_t>(x.size()), floor, out.data());
+    int64_t differing = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = exp[i] < floor ? 0.0f : exp[i];
+      differing += std::memcmp(&want, &out[i], sizeof(float)) != 0;
+    }
+    CAPTURE(floor);
+    CHECK(differing == 0);
+  }
 }
 
 TEST_CASE("VectorSoftplus matches log1p(exp) over the fp32 range",
