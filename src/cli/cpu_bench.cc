@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -75,8 +76,8 @@ void PrintUsage(std::FILE* to) {
       "memcpy and an in-place read-modify-write pass (RMW) over the same bytes of state, a\n"
       "read pass then the RMW pass over each head's state (2-pass: the traffic of a delta\n"
       "rule that reads a head before it writes it; lumen's holds its write back instead),\n"
-      "the fp32 matrix-product peak of a register-blocked sgemm (again just before each\n"
-      "family's prefill, its ratios' anchor), and lumen_session_step token by token.\n"
+      "the fp32 matrix-product peak of a register-blocked sgemm (again in turn with each\n"
+      "prefill cell's repeats, its ratios' anchor), and lumen_session_step token by token.\n"
       "Times are the best of R repeats (default 5), with the spread worst/best - 1.\n"
       "Inputs and output are fp32; --bf16 gives them in bf16 (the state stays fp32).\n"
       "--quick runs a few small cases once (a smoke test; its numbers mean nothing).\n");
@@ -329,25 +330,33 @@ struct InputBuffers {
 // ---------------------------------------------------------------------------------------
 // Timing lumen
 
+// Seconds per call of `call` over calls run until min_seconds have gone (at least one).
+template <typename Call>
+double SecondsPerCall(Call call, double min_seconds) {
+  int64_t calls = 0;
+  const Clock::time_point start = Clock::now();
+  double elapsed = 0;
+  do {
+    call();
+    ++calls;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < min_seconds);
+  return elapsed / static_cast<double>(calls);
+}
+
+Timing BestAndSpread(const std::vector<double>& seconds) {
+  const auto [lo, hi] = std::minmax_element(seconds.begin(), seconds.end());
+  return Timing{*lo, *hi / *lo - 1.0};
+}
+
 // Seconds per call of `call`, best of `repeats` (each repeat runs calls until min_seconds
 // have gone) and the spread of the repeats.
 template <typename Call>
 Timing TimeCalls(Call call, int32_t repeats, double min_seconds) {
   call();  // warm-up
   std::vector<double> per_call;
-  for (int32_t r = 0; r < repeats; ++r) {
-    int64_t calls = 0;
-    const Clock::time_point start = Clock::now();
-    double elapsed = 0;
-    do {
-      call();
-      ++calls;
-      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    } while (elapsed < min_seconds);
-    per_call.push_back(elapsed / static_cast<double>(calls));
-  }
-  const auto [lo, hi] = std::minmax_element(per_call.begin(), per_call.end());
-  return Timing{*lo, *hi / *lo - 1.0};
+  for (int32_t r = 0; r < repeats; ++r) per_call.push_back(SecondsPerCall(call, min_seconds));
+  return BestAndSpread(per_call);
 }
 
 std::string Us(double seconds) {
@@ -505,9 +514,9 @@ void RunDecode(const Options& options, const Anchors& anchors, const InputBuffer
 void RunPrefill(const Options& options, const InputBuffers& buffers) {
   std::printf(
       "\n== Prefill: lumen_session_prefill of T tokens into one session (GFLOP/s: nominal\n"
-      "   chunkwise flops at C = %.0f; peak: the sgemm peak measured just before the family's\n"
-      "   cells on the same threads; token loop: lumen_session_step over %d tokens, scaled "
-      "to T)\n",
+      "   chunkwise flops at C = %.0f; peak: the sgemm peak, best of its measures taken in\n"
+      "   turn with the cell's repeats on the same threads; token loop: lumen_session_step\n"
+      "   over %d tokens, scaled to T)\n",
       kChunk, kTokenLoopTokens);
   std::printf("%-16s %6s %3s %-5s %18s %8s %6s %6s %12s %8s\n", "family", "T", "thr",
               "align", "ms (spread)", "GFLOP/s", "peak", "/peak", "token loop", "speedup");
@@ -515,48 +524,53 @@ void RunPrefill(const Options& options, const InputBuffers& buffers) {
     if (!Selected(options, family.name)) continue;
     Owned<lumen_model> model = BuildModel(family, false);
     for (int64_t threads : options.threads) {
-      // The host's speed drifts over a run: each family's ratios are against a peak measured
-      // just before its cells, on the same threads (the table's first peak is also printed).
-      double peak = 0.0;
-      {
-        SpinTeam team(static_cast<int32_t>(threads));
-        std::string kernel;
-        peak = MeasureSgemmPeak(team, options.repeats, options.min_seconds, &kernel);
-      }
       Owned<lumen_engine> engine = CreateEngine(model.get(), static_cast<int32_t>(threads));
       lumen_session* raw = nullptr;
       Check(lumen_session_create(engine.get(), &raw), "lumen_session_create");
       Owned<lumen_session> session(raw);
       for (int64_t misalign : options.misalign) {
-        // The token-by-token loop, per token, from the same session.
+        // The token-by-token loop, from the same session.
         const int32_t loop_tokens =
             static_cast<int32_t>(std::min<int64_t>(kTokenLoopTokens, options.tokens.back()));
-        const Timing loop = TimeCalls(
-            [&] {
-              for (int32_t t = 0; t < loop_tokens; ++t) {
-                lumen_layer_inputs in;
-                lumen_layer_output out;
-                buffers.Describe(family, t, 1, misalign, &in, &out);
-                Check(lumen_session_step(session.get(), 0, &in, &out), "lumen_session_step");
-              }
-            },
-            std::min(options.repeats, 3), options.min_seconds);
-        const double per_token = loop.best_seconds / loop_tokens;
+        const auto token_loop = [&] {
+          for (int32_t t = 0; t < loop_tokens; ++t) {
+            lumen_layer_inputs in;
+            lumen_layer_output out;
+            buffers.Describe(family, t, 1, misalign, &in, &out);
+            Check(lumen_session_step(session.get(), 0, &in, &out), "lumen_session_step");
+          }
+        };
+        token_loop();  // warm-up
         for (int64_t tokens : options.tokens) {
           lumen_layer_inputs in;
           lumen_layer_output out;
           buffers.Describe(family, 0, tokens, misalign, &in, &out);
           // Long prefills take long enough that three repeats give the spread.
           const int32_t repeats = tokens >= 8192 ? std::min(options.repeats, 3) : options.repeats;
-          const Timing t = TimeCalls(
-              [&] {
-                Check(lumen_session_prefill(session.get(), 0, static_cast<int32_t>(tokens), &in,
-                                            &out),
-                      "lumen_session_prefill");
-              },
-              repeats, options.min_seconds);
+          const auto prefill = [&] {
+            Check(lumen_session_prefill(session.get(), 0, static_cast<int32_t>(tokens), &in,
+                                        &out),
+                  "lumen_session_prefill");
+          };
+          // The host's speed drifts within a run (its peak moved by up to 1.8x), so each
+          // repeat measures the peak, the prefill and the token loop in turn: the ratios of
+          // the bests compare them in the same phases of the host.
+          prefill();  // warm-up
+          double peak = 0.0;
+          double loop_seconds = std::numeric_limits<double>::infinity();
+          std::vector<double> seconds;
+          for (int32_t r = 0; r < repeats; ++r) {
+            {
+              SpinTeam team(static_cast<int32_t>(threads));
+              std::string kernel;
+              peak = std::max(peak, MeasureSgemmPeak(team, 1, options.min_seconds, &kernel));
+            }
+            seconds.push_back(SecondsPerCall(prefill, options.min_seconds));
+            loop_seconds = std::min(loop_seconds, SecondsPerCall(token_loop, options.min_seconds) /
+                                                      loop_tokens * tokens);
+          }
+          const Timing t = BestAndSpread(seconds);
           const double gflops = PrefillFlopsPerToken(family) * tokens / t.best_seconds * 1e-9;
-          const double loop_seconds = per_token * tokens;
           std::printf("%-16s %6lld %3lld %-5s %11.2f (%3s) %8.1f %6.1f %6s %9.1f ms %7.2fx\n",
                       family.name, static_cast<long long>(tokens),
                       static_cast<long long>(threads), misalign == 0 ? "line" : "+16B",
