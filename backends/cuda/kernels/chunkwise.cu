@@ -862,6 +862,18 @@ static_assert(std::max(kWalkSharedFloats, kOutputRegionFloats) * 4 <=
                   227 * 1024 / kTensorBlocksPerSm - 2048,
               "shared memory for kTensorBlocksPerSm blocks");
 
+// The entry (kWidth 1) or quad of entries (kWidth 4: columns c .. c + 3) at step i of this
+// thread's walk over a tile of kColumns columns. StageTile copies and ScaleStagedTile scales
+// in this order, so each thread scales only what it copied.
+struct TileEntry {
+  int r, c;
+};
+template <int kColumns, int kWidth>
+__device__ __forceinline__ TileEntry OwnEntry(int i) {
+  const int e = threadIdx.x + i * kInterThreads;
+  return {e / (kColumns / kWidth), kWidth * (e % (kColumns / kWidth))};
+}
+
 // Starts copying a kRows x kColumns tile from global memory (`source`, row stride
 // `source_row` floats) to shared memory (`target`, row stride `target_row`, 16-byte aligned
 // rows); entries at or past `rows` or `columns` become zero. The caller waits
@@ -874,12 +886,9 @@ __device__ __forceinline__ void StageTile(const float* source, int64_t source_ro
                                           bool quads) {
   static_assert(kColumns % 4 == 0 && kRows * kColumns % (4 * kInterThreads) == 0, "layout");
   if (quads) {
-    constexpr int kPerThread = kRows * kColumns / 4 / kInterThreads;
 #pragma unroll 2
-    for (int i = 0; i < kPerThread; ++i) {
-      const int e = threadIdx.x + i * kInterThreads;
-      const int r = e / (kColumns / 4);
-      const int c = 4 * (e % (kColumns / 4));
+    for (int i = 0; i < kRows * kColumns / 4 / kInterThreads; ++i) {
+      const auto [r, c] = OwnEntry<kColumns, 4>(i);
       float* to = target + r * target_row + c;
       if (r < rows && c < columns) {
         CopyAsync<16>(to, source + r * source_row + c);
@@ -888,12 +897,9 @@ __device__ __forceinline__ void StageTile(const float* source, int64_t source_ro
       }
     }
   } else {
-    constexpr int kPerThread = kRows * kColumns / kInterThreads;
 #pragma unroll 4
-    for (int i = 0; i < kPerThread; ++i) {
-      const int e = threadIdx.x + i * kInterThreads;
-      const int r = e / kColumns;
-      const int c = e % kColumns;
+    for (int i = 0; i < kRows * kColumns / kInterThreads; ++i) {
+      const auto [r, c] = OwnEntry<kColumns, 1>(i);
       float* to = target + r * target_row + c;
       if (r < rows && c < columns) {
         CopyAsync<4>(to, source + r * source_row + c);
@@ -910,12 +916,9 @@ template <int kRows, int kColumns, typename Scale>
 __device__ __forceinline__ void ScaleStagedTile(float* target, int target_row, bool quads,
                                                 Scale scale) {
   if (quads) {
-    constexpr int kPerThread = kRows * kColumns / 4 / kInterThreads;
 #pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int e = threadIdx.x + i * kInterThreads;
-      const int r = e / (kColumns / 4);
-      const int c = 4 * (e % (kColumns / 4));
+    for (int i = 0; i < kRows * kColumns / 4 / kInterThreads; ++i) {
+      const auto [r, c] = OwnEntry<kColumns, 4>(i);
       float4& quad = *reinterpret_cast<float4*>(target + r * target_row + c);
       float4 value = quad;
       value.x = scale(r, c, value.x);
@@ -925,12 +928,9 @@ __device__ __forceinline__ void ScaleStagedTile(float* target, int target_row, b
       quad = value;
     }
   } else {
-    constexpr int kPerThread = kRows * kColumns / kInterThreads;
 #pragma unroll 4
-    for (int i = 0; i < kPerThread; ++i) {
-      const int e = threadIdx.x + i * kInterThreads;
-      const int r = e / kColumns;
-      const int c = e % kColumns;
+    for (int i = 0; i < kRows * kColumns / kInterThreads; ++i) {
+      const auto [r, c] = OwnEntry<kColumns, 1>(i);
       float& entry = target[r * target_row + c];
       entry = scale(r, c, entry);
     }

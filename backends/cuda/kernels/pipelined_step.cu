@@ -229,11 +229,7 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
     // Sums over rows: lanes of one column group, then warps.
     WarpColumnSums<kColumnThreads>(sum_k, sum_q, c, partial[tid / kWarpSize]);
     __syncthreads();
-    if (tid < 2 * kTileColumns) {
-      float total = 0.0f;
-      for (int w = 0; w < kWarps; ++w) total += partial[w][tid];
-      column_sum[tid] = total;
-    }
+    SumWarpPartials(partial, column_sum);
     __syncthreads();
 
     float out[kVec], u[kVec];
@@ -247,8 +243,7 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
         if (j >= K || !valid) continue;
         float row[kVec];
         LoadChunk<kVec>(staged_at(stage, j), row);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) row[e] = a_s[j] * row[e] + k_s[j] * u[e];
+        DeltaWriteRow(a_s[j], k_s[j], u, row);
         StoreChunk<kVec>(state + int64_t{j} * V, row);
       }
     }

@@ -297,11 +297,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   // Sums over rows: lanes of one column group, then warps.
   WarpColumnSums<kColumnThreads>(sum_k, sum_q, c, partial[tid / kWarpSize]);
   BlockSum<kBlockThreads>(dots, reduce_scratch);  // its barriers also publish `partial`
-  if (tid < 2 * kTileColumns) {
-    float total = 0.0f;
-    for (int w = 0; w < kWarps; ++w) total += partial[w][tid];
-    column_sum[tid] = total;
-  }
+  SumWarpPartials(partial, column_sum);
   __syncthreads();
 
   float out[kVec], u[kVec];
@@ -316,8 +312,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
         if (j >= K || valid <= 0) continue;
         float row[kVec];
         StateIo<kVec>::Load(tile_at(j), 0, bf16, valid, row);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) row[e] = a_s[j] * row[e] + k_s[j] * u[e];
+        DeltaWriteRow(a_s[j], k_s[j], u, row);
         StateIo<kVec>::Store(matrix, int64_t{j} * V + col, bf16, valid, row);
       }
     }
@@ -343,8 +338,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
         if (i >= K || valid <= 0) continue;
         float row[kVec];
         StateIo<kVec>::Load(matrix, int64_t{i} * V + col, bf16, valid, row);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) row[e] = a_s[j] * row[e] + k_s[j] * u[e];
+        DeltaWriteRow(a_s[j], k_s[j], u, row);
         StateIo<kVec>::Store(matrix, int64_t{i} * V + col, bf16, valid, row);
       }
     }

@@ -35,43 +35,65 @@ __device__ __forceinline__ void* StateOf(const SessionStates& states, int32_t se
                                  : states.values.layer_state[session - states.first];
 }
 
-// The first token of a session and its token count.
-__device__ __forceinline__ void SessionTokens(const ConvCall& call, int32_t session,
-                                              int64_t* first, int64_t* count) {
+// The channels of q, k and v together: a pass runs one thread per channel and session.
+__host__ __device__ __forceinline__ int64_t AllChannels(const ConvLayer& conv) {
+  return conv.channels[0] + conv.channels[1] + conv.channels[2];
+}
+
+// What one thread of a pass works on: channel c of part `part` (C channels), in session
+// `session`, whose tokens are [first, first + length).
+struct ChannelTask {
+  int32_t part;
+  int64_t C, c;
+  int32_t session;
+  int64_t first, length;
+};
+
+// Locates this thread's channel by its index along grid x and its session by blockIdx.z;
+// false past the last channel, where the thread has nothing to do.
+__device__ __forceinline__ bool LocateTask(const ConvLayer& conv, const ConvCall& call,
+                                           const SessionStates& states, ChannelTask* task) {
+  const int64_t index = blockIdx.x * int64_t{kThreads} + threadIdx.x;
+  if (index >= AllChannels(conv)) return false;
+  const PartOf at = Locate(conv, index);
+  task->part = at.part;
+  task->C = conv.channels[at.part];
+  task->c = at.channel;
+  task->session = states.first + static_cast<int32_t>(blockIdx.z);
   if (call.cu_seqlens == nullptr) {
-    *first = session;
-    *count = 1;
+    task->first = task->session;
+    task->length = 1;
   } else {
-    *first = call.cu_seqlens[session];
-    *count = call.cu_seqlens[session + 1] - *first;
+    task->first = call.cu_seqlens[task->session];
+    task->length = call.cu_seqlens[task->session + 1] - task->first;
   }
+  return true;
+}
+
+// Where the window of `part` starts in a session's state, in the state dtype.
+__device__ __forceinline__ char* WindowOf(const ConvLayer& conv, const ConvCall& call,
+                                          const SessionStates& states, int32_t session,
+                                          int32_t part) {
+  return static_cast<char*>(StateOf(states, session)) +
+         conv.window_offset[part] * (call.state_bf16 ? 2 : 4);
 }
 
 __global__ void __launch_bounds__(kThreads)
 ConvInputsKernel(const LayerConfig layer, const ConvLayer conv, const RawInputs in,
                  const ConvCall call, const SessionStates states, const ConvOutputs out,
                  int32_t chunk_tokens) {
-  const int64_t index = blockIdx.x * int64_t{kThreads} + threadIdx.x;
-  if (index >= conv.channels[0] + conv.channels[1] + conv.channels[2]) return;
-  const PartOf at = Locate(conv, index);
-  const int64_t C = conv.channels[at.part];
-  const int64_t c = at.channel;
-  const int32_t session = states.first + static_cast<int32_t>(blockIdx.z);
-  int64_t first = 0, length = 0;
-  SessionTokens(call, session, &first, &length);
+  ChannelTask task;
+  if (!LocateTask(conv, call, states, &task)) return;
+  const auto [part, C, c, session, first, length] = task;
   const int64_t begin = int64_t{blockIdx.y} * chunk_tokens;
   const int64_t end = min(length, begin + chunk_tokens);
-  const void* raw = RawPart(in, at.part);
-  float* dst = at.part == 0 ? out.q : at.part == 1 ? out.k : out.v;
+  const void* raw = RawPart(in, part);
+  float* dst = part == 0 ? out.q : part == 1 ? out.k : out.v;
   const int32_t W = conv.width;
   const int32_t state_dtype = call.state_bf16 ? kBFloat16 : kFloat32;
-  const void* window = nullptr;
-  if (W > 0) {
-    window = static_cast<const char*>(StateOf(states, session)) +
-             conv.window_offset[at.part] * (call.state_bf16 ? 2 : 4);
-  }
-  const float* weight = W > 0 ? conv.weight[at.part] + c * W : nullptr;
-  const float bias = W > 0 && conv.bias[at.part] != nullptr ? conv.bias[at.part][c] : 0.0f;
+  const void* window = W > 0 ? WindowOf(conv, call, states, session, part) : nullptr;
+  const float* weight = W > 0 ? conv.weight[part] + c * W : nullptr;
+  const float bias = W > 0 && conv.bias[part] != nullptr ? conv.bias[part][c] : 0.0f;
   const int32_t HV = layer.num_value_heads;
   for (int64_t i = begin; i < end; ++i) {
     float y;
@@ -89,7 +111,7 @@ ConvInputsKernel(const LayerConfig layer, const ConvLayer conv, const RawInputs 
       if (conv.silu) y = y / (1.0f + expf(-y));
     }
     const int64_t at_token = (first + i) * C + c;
-    if (at.part == 2 && conv.mamba2) {
+    if (part == 2 && conv.mamba2) {
       const int32_t hv = static_cast<int32_t>(c / layer.value_dim);
       const float raw_g = LoadElement(in.g, (first + i) * HV + hv, in.dtype);
       const float dt = Softplus(raw_g + layer.dt_bias[int64_t{hv} * layer.dt_bias_per_head]);
@@ -104,19 +126,13 @@ __global__ void __launch_bounds__(kThreads)
 CommitWindowsKernel(const ConvLayer conv, const RawInputs in, const ConvCall call,
                     const SessionStates states, const InputErrorRecord* record) {
   if (InputFailed(record)) return;
-  const int64_t index = blockIdx.x * int64_t{kThreads} + threadIdx.x;
-  if (index >= conv.channels[0] + conv.channels[1] + conv.channels[2]) return;
-  const PartOf at = Locate(conv, index);
-  const int64_t C = conv.channels[at.part];
-  const int64_t c = at.channel;
-  const int32_t session = states.first + static_cast<int32_t>(blockIdx.z);
-  int64_t first = 0, length = 0;
-  SessionTokens(call, session, &first, &length);
+  ChannelTask task;
+  if (!LocateTask(conv, call, states, &task)) return;
+  const auto [part, C, c, session, first, length] = task;
   const int32_t W = conv.width;
   const int32_t state_dtype = call.state_bf16 ? kBFloat16 : kFloat32;
-  void* window = static_cast<char*>(StateOf(states, session)) +
-                 conv.window_offset[at.part] * (call.state_bf16 ? 2 : 4);
-  const void* raw = RawPart(in, at.part);
+  void* window = WindowOf(conv, call, states, session, part);
+  const void* raw = RawPart(in, part);
   // In place, ascending j: entry j takes e[length + j], at or after j, so it is read before
   // anything overwrites it.
   for (int32_t j = 0; j < W - 1; ++j) {
@@ -125,10 +141,6 @@ CommitWindowsKernel(const ConvLayer conv, const RawInputs in, const ConvCall cal
                                   : LoadElement(raw, (first + e - (W - 1)) * C + c, in.dtype);
     StoreElement(window, c * (W - 1) + j, state_dtype, value);
   }
-}
-
-int64_t AllChannels(const ConvLayer& conv) {
-  return conv.channels[0] + conv.channels[1] + conv.channels[2];
 }
 
 }  // namespace

@@ -27,6 +27,15 @@ __device__ __forceinline__ void DecayRow(bool delta_rule, float a, float k, floa
   }
 }
 
+// Pass 2 of the delta rule on one state row, given as it was before pass 1: S_t = S' + k u^T
+// with S' = a S.
+template <int kVec>
+__device__ __forceinline__ void DeltaWriteRow(float a, float k, const float (&u)[kVec],
+                                              float (&row)[kVec]) {
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) row[e] = a * row[e] + k * u[e];
+}
+
 // Sums the row sums over the kColumnThreads-lane groups of a warp that share columns; lanes
 // 0..kColumnThreads-1 write the warp's totals for their columns to `warp_partial`, two floats a
 // column (S^T k, S^T q), column group `c` owning columns c * kVec ...
@@ -44,6 +53,20 @@ __device__ __forceinline__ void WarpColumnSums(float (&sum_k)[kVec], float (&sum
       warp_partial[2 * (c * kVec + e)] = sum_k[e];
       warp_partial[2 * (c * kVec + e) + 1] = sum_q[e];
     }
+  }
+}
+
+// The block's column sums from the kWarps warps' partials (WarpColumnSums' `warp_partial` of
+// each warp), one thread per float. The caller's barriers publish `partial` before this and
+// `column_sum` after it.
+template <int kWarps, int kFloats>
+__device__ __forceinline__ void SumWarpPartials(const float (&partial)[kWarps][kFloats],
+                                                float* column_sum) {
+  const int tid = threadIdx.x;
+  if (tid < kFloats) {
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; ++w) total += partial[w][tid];
+    column_sum[tid] = total;
   }
 }
 
