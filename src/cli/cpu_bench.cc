@@ -219,19 +219,11 @@ Owned<lumen_model> BuildModel(const FamilySetup& family, bool bf16_state) {
                                         dt_bias.data(), bias_count),
           "lumen_model_builder_set_param(dt_bias)");
   }
-  lumen_model* model = nullptr;
-  Check(lumen_model_builder_build(builder.get(), &model), "lumen_model_builder_build");
-  return Owned<lumen_model>(model);
+  return BuildModelAs("lumen bench", builder.get());
 }
 
 Owned<lumen_engine> CreateEngine(const lumen_model* model, int32_t threads) {
-  lumen_engine_options options;
-  lumen_engine_options_init(&options);
-  options.backend = LUMEN_BACKEND_CPU;
-  options.num_threads = threads;
-  lumen_engine* engine = nullptr;
-  Check(lumen_engine_create(model, &options, &engine), "lumen_engine_create");
-  return Owned<lumen_engine>(engine);
+  return CreateEngineAs("lumen bench", model, LUMEN_BACKEND_CPU, threads);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -429,9 +421,7 @@ void MeasureCallOverhead(const Options& options) {
   layer.value_dim = 4;
   Check(lumen_model_builder_add_layer(builder.get(), &layer, nullptr),
         "lumen_model_builder_add_layer");
-  lumen_model* model_raw = nullptr;
-  Check(lumen_model_builder_build(builder.get(), &model_raw), "lumen_model_builder_build");
-  Owned<lumen_model> model(model_raw);
+  const Owned<lumen_model> model = BuildModelAs("lumen bench", builder.get());
   float q[8] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f}, o[8];
   lumen_layer_inputs in;
   lumen_layer_inputs_init(&in);

@@ -1,6 +1,7 @@
 #pragma once
 // What the `lumen` program's commands share around the C API: owned handles, the message
-// of a failed call, and how a command stops on an error it cannot go past.
+// of a failed call, how a command stops on an error it cannot go past, and the model and
+// engine every command makes.
 
 #include <lumen/lumen.h>
 
@@ -37,6 +38,26 @@ inline std::string CallFailure(lumen_status status, const char* call) {
 // Stops the program with lumen's own message if a lumen call failed.
 inline void CheckAs(const char* program, lumen_status status, const char* call) {
   if (status != LUMEN_OK) FailAs(program, CallFailure(status, call));
+}
+
+// The builder's model, or the program stops with lumen's message.
+inline Owned<lumen_model> BuildModelAs(const char* program, lumen_model_builder* builder) {
+  lumen_model* model = nullptr;
+  CheckAs(program, lumen_model_builder_build(builder, &model), "lumen_model_builder_build");
+  return Owned<lumen_model>(model);
+}
+
+// An engine of `model` on `backend` with `threads` CPU threads (0: the default), or the
+// program stops with lumen's message.
+inline Owned<lumen_engine> CreateEngineAs(const char* program, const lumen_model* model,
+                                          lumen_backend backend, int32_t threads) {
+  lumen_engine_options options;
+  lumen_engine_options_init(&options);
+  options.backend = backend;
+  options.num_threads = threads;
+  lumen_engine* engine = nullptr;
+  CheckAs(program, lumen_engine_create(model, &options, &engine), "lumen_engine_create");
+  return Owned<lumen_engine>(engine);
 }
 
 }  // namespace lumen::cli

@@ -221,19 +221,11 @@ Owned<lumen_model> BuildModel(std::mt19937& rng) {
     SetConvParams(builder.get(), layer, rng);
   }
 
-  lumen_model* model = nullptr;
-  Check(lumen_model_builder_build(builder.get(), &model), "lumen_model_builder_build");
-  return Owned<lumen_model>(model);
+  return lumen::cli::BuildModelAs("lumen", builder.get());
 }
 
 Owned<lumen_engine> CreateEngine(const lumen_model* model, int32_t threads) {
-  lumen_engine_options options;
-  lumen_engine_options_init(&options);
-  options.backend = LUMEN_BACKEND_AUTO;
-  options.num_threads = threads;
-  lumen_engine* engine = nullptr;
-  Check(lumen_engine_create(model, &options, &engine), "lumen_engine_create");
-  return Owned<lumen_engine>(engine);
+  return lumen::cli::CreateEngineAs("lumen", model, LUMEN_BACKEND_AUTO, threads);
 }
 
 Owned<lumen_session> CreateSession(lumen_engine* engine) {
