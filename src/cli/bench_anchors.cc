@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -26,7 +25,6 @@
 namespace lumen::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr int64_t kCacheLine = 64;
 
 // A spin-wait's body: tells the core it is waiting (and an SMT sibling may run).
@@ -36,10 +34,6 @@ inline void CpuRelax() {
 #else
   std::this_thread::yield();
 #endif
-}
-
-double Seconds(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 struct AlignedFree {
@@ -58,26 +52,6 @@ void Slice(int64_t floats, int32_t index, int32_t count, int64_t* begin, int64_t
   const int64_t lines = (floats + 15) / 16;
   *begin = std::min(floats, lines * index / count * 16);
   *end = std::min(floats, lines * (index + 1) / count * 16);
-}
-
-// Repeats `pass` until min_seconds have gone, `repeats` times; seconds per pass.
-template <typename Pass>
-Timing TimePasses(Pass pass, int32_t repeats, double min_seconds) {
-  pass();  // warm-up: page faults, caches
-  std::vector<double> per_pass;
-  for (int32_t r = 0; r < repeats; ++r) {
-    int64_t passes = 0;
-    const Clock::time_point start = Clock::now();
-    double elapsed = 0;
-    do {
-      pass();
-      ++passes;
-      elapsed = Seconds(start);
-    } while (elapsed < min_seconds);
-    per_pass.push_back(elapsed / static_cast<double>(passes));
-  }
-  const auto [lo, hi] = std::minmax_element(per_pass.begin(), per_pass.end());
-  return Timing{*lo, *hi / *lo - 1.0};
 }
 
 LUMEN_BENCH_CLONES
@@ -275,7 +249,7 @@ Timing TimeMemcpy(SpinTeam& team, int64_t bytes, int32_t repeats, double min_sec
     Slice(floats, index, count, &begin, &end);
     std::memcpy(dst.get() + begin, src.get() + begin, static_cast<size_t>(end - begin) * 4);
   };
-  return TimePasses([&] { team.Run(part); }, repeats, min_seconds);
+  return TimeCalls([&] { team.Run(part); }, repeats, min_seconds);
 }
 
 Timing TimeReadModifyWrite(SpinTeam& team, int64_t bytes, int32_t repeats,
@@ -288,7 +262,7 @@ Timing TimeReadModifyWrite(SpinTeam& team, int64_t bytes, int32_t repeats,
     Slice(floats, index, count, &begin, &end);
     ReadModifyWrite(state.get() + begin, end - begin);
   };
-  return TimePasses([&] { team.Run(part); }, repeats, min_seconds);
+  return TimeCalls([&] { team.Run(part); }, repeats, min_seconds);
 }
 
 Timing TimeReadThenReadModifyWrite(SpinTeam& team, int64_t bytes, int64_t block_bytes,
@@ -307,7 +281,7 @@ Timing TimeReadThenReadModifyWrite(SpinTeam& team, int64_t bytes, int64_t block_
     }
     sums[index] = sum;
   };
-  return TimePasses([&] { team.Run(part); }, repeats, min_seconds);
+  return TimeCalls([&] { team.Run(part); }, repeats, min_seconds);
 }
 
 double MeasureSgemmPeak(SpinTeam& team, int32_t repeats, double min_seconds,
@@ -323,7 +297,7 @@ double MeasureSgemmPeak(SpinTeam& team, int32_t repeats, double min_seconds,
   const std::function<void(int32_t, int32_t)> part = [&](int32_t index, int32_t) {
     for (int32_t i = 0; i < kProductsPerPass; ++i) problems[index]->Run();
   };
-  const Timing timing = TimePasses([&] { team.Run(part); }, repeats, min_seconds);
+  const Timing timing = TimeCalls([&] { team.Run(part); }, repeats, min_seconds);
   const double flops = problems[0]->Flops() * kProductsPerPass * team.threads();
   return flops / timing.best_seconds * 1e-9;
 }

@@ -1,10 +1,14 @@
 #pragma once
 // The anchors `lumen bench --cpu` measures beside lumen's own timings: what the machine can
-// do with the same bytes and the same threads, independent of lumen.
+// do with the same bytes and the same threads, independent of lumen; and the timing loop
+// that both use.
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace lumen::cli {
 
@@ -28,12 +32,44 @@ class SpinTeam {
   Shared* shared_;
 };
 
-// Seconds per pass over `bytes` of fp32 state, best of `repeats` (each repeat runs passes
-// until about `min_seconds` have gone), with the spread (worst / best - 1) of the repeats.
+// A timing's best seconds per call, with the spread (worst / best - 1) of its repeats.
 struct Timing {
   double best_seconds = 0;
   double spread = 0;
 };
+
+// Seconds per call of `call` over calls run until min_seconds have gone (at least one).
+template <typename Call>
+double SecondsPerCall(Call call, double min_seconds) {
+  using Clock = std::chrono::steady_clock;
+  int64_t calls = 0;
+  const Clock::time_point start = Clock::now();
+  double elapsed = 0;
+  do {
+    call();
+    ++calls;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < min_seconds);
+  return elapsed / static_cast<double>(calls);
+}
+
+// The best of `seconds` (not empty) and their spread.
+inline Timing BestAndSpread(const std::vector<double>& seconds) {
+  const auto [lo, hi] = std::minmax_element(seconds.begin(), seconds.end());
+  return Timing{*lo, *hi / *lo - 1.0};
+}
+
+// Seconds per call of `call`, best of `repeats` (each repeat runs calls until min_seconds
+// have gone), after one warm-up call (page faults, caches).
+template <typename Call>
+Timing TimeCalls(Call call, int32_t repeats, double min_seconds) {
+  call();
+  std::vector<double> per_call;
+  for (int32_t r = 0; r < repeats; ++r) per_call.push_back(SecondsPerCall(call, min_seconds));
+  return BestAndSpread(per_call);
+}
+
+// The anchors below time their passes over `bytes` of fp32 state with TimeCalls.
 
 // memcpy of `bytes` from one buffer to another, split across the team's threads on cache
 // line boundaries.

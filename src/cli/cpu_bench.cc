@@ -3,7 +3,6 @@
 #include <lumen/lumen.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -21,8 +20,6 @@
 
 namespace lumen::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // The shape: HV = 32 heads of K = V = 128, fp32 state (2 MiB per session).
 constexpr int32_t kHeads = 32;
@@ -321,35 +318,6 @@ struct InputBuffers {
 
 // ---------------------------------------------------------------------------------------
 // Timing lumen
-
-// Seconds per call of `call` over calls run until min_seconds have gone (at least one).
-template <typename Call>
-double SecondsPerCall(Call call, double min_seconds) {
-  int64_t calls = 0;
-  const Clock::time_point start = Clock::now();
-  double elapsed = 0;
-  do {
-    call();
-    ++calls;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  } while (elapsed < min_seconds);
-  return elapsed / static_cast<double>(calls);
-}
-
-Timing BestAndSpread(const std::vector<double>& seconds) {
-  const auto [lo, hi] = std::minmax_element(seconds.begin(), seconds.end());
-  return Timing{*lo, *hi / *lo - 1.0};
-}
-
-// Seconds per call of `call`, best of `repeats` (each repeat runs calls until min_seconds
-// have gone) and the spread of the repeats.
-template <typename Call>
-Timing TimeCalls(Call call, int32_t repeats, double min_seconds) {
-  call();  // warm-up
-  std::vector<double> per_call;
-  for (int32_t r = 0; r < repeats; ++r) per_call.push_back(SecondsPerCall(call, min_seconds));
-  return BestAndSpread(per_call);
-}
 
 std::string Us(double seconds) {
   char text[32];
