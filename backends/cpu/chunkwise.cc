@@ -15,8 +15,11 @@
 // fp32's range.
 //   - No gate or one gate per token: P = tril(Q K^T) ⊙ F, the decay applied after the product.
 //   - Per-channel gates (gla, kda): F differs by channel, so it must be inside the product.
-//     The chunk is cut into sub-chunks (the whole chunk or halves of it, down to 16 tokens:
-//     the longest whose every sub-chunk keeps its decay above kMinSplitFactor, else 16);
+//     Where the chunk's whole decay z_0 = F[last, 0] stays above kMinSplitFactor in every
+//     channel, F[t, s] = z_s / z_t gives P = tril((Q ⊘ z)(K ⊙ z)^T), with K ⊙ z the rows the
+//     state update reads anyway and q_t / z_t <= q_t / z_0 finite. Otherwise the chunk is
+//     cut into sub-chunks (halves of it, down to 16 tokens: the longest whose every
+//     sub-chunk keeps its decay above kMinSplitFactor, else 16);
 //     rows of sub-chunk j are scaled against its first token r (q_t F[t, r] <= 1), columns s
 //     before it by F[r, s] <= 1, and their product is then exactly q_t k_s F[t, s]. Inside a
 //     sub-chunk the columns are k_s / F[s, r] >= 1, which stays finite while the sub-chunk's
@@ -68,7 +71,7 @@ struct ChunkScratch {
   float* k_end_t;     // [K, C] (K ⊙ z)^T; a vector gate: K ⊙ z, [C, K]
   float* local;       // [C, K] vector gate: F[t, r] for t in the sub-chunk that starts at r
   float* tail;        // [C, K] vector gate: F[last, s] for s in the sub-chunk that ends at last
-  float* rows;        // [C, K] vector gate: one sub-chunk's q rows times F[t, r]
+  float* rows;        // [C, K] vector gate: one sub-chunk's q rows times F[t, r], or Q ⊘ z
   float* rows_k;      // [C, K] the same for k, delta rule
   float* columns;     // [C, K] vector gate: k rows scaled against one sub-chunk's start
   float* columns_t;   // [K, C] their transpose
@@ -320,10 +323,11 @@ bool SplitsEverywhere(int32_t key_dim, int32_t length, int32_t sub, const ChunkS
   return weakest >= kMinSplitFactor;
 }
 
-// The longest sub-chunk (kChunkSize, half of it, kSubChunk) that splits everywhere, else
-// kSubChunk; leaves its decays in `local` and `tail`.
+// The longest sub-chunk shorter than the chunk (half of it, a quarter, ... kSubChunk) that
+// splits everywhere, else kSubChunk; leaves its decays in `local` and `tail`. (A chunk that
+// splits as one sub-chunk takes ScoresFromChunkEnd.)
 int32_t ChooseSubChunk(int32_t key_dim, int32_t length, const ChunkScratch& s) {
-  for (int32_t sub = kChunkSize; sub > kSubChunk; sub /= 2) {
+  for (int32_t sub = kChunkSize / 2; sub > kSubChunk; sub /= 2) {
     SubChunkDecays(key_dim, length, sub, s);
     if (SplitsEverywhere(key_dim, length, sub, s)) return sub;
   }
@@ -331,7 +335,47 @@ int32_t ChooseSubChunk(int32_t key_dim, int32_t length, const ChunkScratch& s) {
   return kSubChunk;
 }
 
-// Step 3, a gate per channel: P and K K^T ⊙ F by sub-chunks of rows (see the top).
+// Step 3, a gate per channel whose decay over the whole chunk stays above kMinSplitFactor
+// in every channel (z_0 = F[last, 0]): P and K K^T ⊙ F from the chunk's end (see the top).
+// Returns false, doing nothing, where the decay is stronger.
+template <class Shape>
+bool ScoresFromChunkEnd(const HeadRule& rule, int32_t key_dim, int32_t length,
+                        const ChunkScratch& s) {
+  float weakest = 1.0f;
+  for (int32_t i = 0; i < key_dim; ++i) weakest = std::min(weakest, s.to_end[i]);
+  if (weakest < kMinSplitFactor) return false;
+  for (int32_t t = 0; t < length; ++t) {
+    const int64_t row = static_cast<int64_t>(t) * key_dim;
+    const float* z = s.to_end + row;
+    const float* q = s.q + row;
+    const float* k = s.k + row;
+    float* row_q = s.rows + row;
+    float* row_k = s.rows_k + row;
+#pragma omp simd
+    for (int32_t i = 0; i < key_dim; ++i) row_q[i] = q[i] / z[i];
+    if (rule.delta) {
+#pragma omp simd
+      for (int32_t i = 0; i < key_dim; ++i) row_k[i] = k[i] / z[i];
+    }
+  }
+  Transpose(length, key_dim, s.k_end_t, key_dim, s.columns_t, length);
+  for (int32_t row = 0; row < length; row += kSubChunk) {
+    const int32_t block = std::min(kSubChunk, length - row);
+    const int64_t offset = static_cast<int64_t>(row) * key_dim;
+    MatMul<Shape>(block, row + block, key_dim, s.rows + offset, key_dim, s.columns_t, length,
+                  s.scores + row * length, length, Landing::kOverwrite);
+    if (rule.delta) {
+      MatMul<Shape>(block, row + block, key_dim, s.rows_k + offset, key_dim, s.columns_t,
+                    length, s.transform + row * length, length, Landing::kOverwrite);
+    }
+  }
+  for (int32_t t = 0; t < length; ++t) {
+    std::fill(s.scores + t * length + t + 1, s.scores + (t + 1) * length, 0.0f);
+  }
+  return true;
+}
+
+// Step 3, any other gate per channel: P and K K^T ⊙ F by sub-chunks of rows (see the top).
 template <class Shape>
 void ScoresBySubChunk(const HeadRule& rule, int32_t key_dim, int32_t length,
                       const ChunkScratch& s) {
@@ -522,7 +566,9 @@ void RunChunks(const HeadRule& rule, const HeadSequence& seq, float* state, floa
     LoadChunk(rule, seq, start, length, &scratch);
     ScaleChunk(rule, seq, start, length, scratch);
     if (rule.gate == GateKind::kVector) {
-      ScoresBySubChunk<Shape>(rule, seq.key_dim, length, scratch);
+      if (!ScoresFromChunkEnd<Shape>(rule, seq.key_dim, length, scratch)) {
+        ScoresBySubChunk<Shape>(rule, seq.key_dim, length, scratch);
+      }
     } else {
       ScoresByToken<Shape>(rule, seq.key_dim, length, scratch);
     }
