@@ -229,28 +229,40 @@ void ScaleChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, in
   }
 }
 
-// Step 3, no gate or a scalar gate: P = tril(Q K^T) ⊙ F and, for the delta rule,
-// K K^T ⊙ F below the diagonal. Each block of rows multiplies only the columns up to its
-// end (the triangle and a block's corner); F runs row by row, F[t, :t] = F[t - 1, :t] e_t.
+// scores = tril(rows_q columns) and, for the delta rule, transform = rows_k columns below the
+// diagonal (rows_* [C, K], columns [K, C]). Each block of rows multiplies only the columns up
+// to its end (the triangle and a block's corner).
 template <class Shape>
-void ScoresByToken(const HeadRule& rule, int32_t key_dim, int32_t length,
-                   const ChunkScratch& s) {
+void TriangleProducts(const HeadRule& rule, int32_t key_dim, int32_t length,
+                      const float* rows_q, const float* rows_k, const float* columns,
+                      const ChunkScratch& s) {
   for (int32_t row = 0; row < length; row += kSubChunk) {
-    const int32_t rows = std::min(kSubChunk, length - row);
-    const int32_t end = row + rows;
-    MatMul<Shape>(rows, end, key_dim, s.q + row * key_dim, key_dim, s.k_t, length,
+    const int32_t end = std::min(row + kSubChunk, length);
+    const int64_t offset = static_cast<int64_t>(row) * key_dim;
+    MatMul<Shape>(end - row, end, key_dim, rows_q + offset, key_dim, columns, length,
                   s.scores + row * length, length, Landing::kOverwrite);
     if (rule.delta) {
-      MatMul<Shape>(rows, end, key_dim, s.k + row * key_dim, key_dim, s.k_t, length,
+      MatMul<Shape>(end - row, end, key_dim, rows_k + offset, key_dim, columns, length,
                     s.transform + row * length, length, Landing::kOverwrite);
     }
   }
+  for (int32_t t = 0; t < length; ++t) {
+    std::fill(s.scores + t * length + t + 1, s.scores + (t + 1) * length, 0.0f);
+  }
+}
+
+// Step 3, no gate or a scalar gate: P = tril(Q K^T) ⊙ F and, for the delta rule,
+// K K^T ⊙ F below the diagonal (TriangleProducts); F runs row by row,
+// F[t, :t] = F[t - 1, :t] e_t.
+template <class Shape>
+void ScoresByToken(const HeadRule& rule, int32_t key_dim, int32_t length,
+                   const ChunkScratch& s) {
+  TriangleProducts<Shape>(rule, key_dim, length, s.q, s.k, s.k_t, s);
+  if (rule.gate == GateKind::kNone) return;
   float* f = s.running;  // F[t, 0:t+1]
   for (int32_t t = 0; t < length; ++t) {
     float* p = s.scores + t * length;
     float* a = s.transform + t * length;
-    std::fill(p + t + 1, p + length, 0.0f);
-    if (rule.gate == GateKind::kNone) continue;
     const float e = s.decay[t];
 #pragma omp simd
     for (int32_t r = 0; r < t; ++r) f[r] = Negligible(f[r] * e);
@@ -313,14 +325,22 @@ void ExactSubChunk(const HeadRule& rule, int32_t key_dim, int32_t length, int32_
   }
 }
 
+// Whether a row of decays (one per channel) stays at or above kMinSplitFactor in every
+// channel, so that a split scaled against it keeps its columns finite.
+bool SplitsAt(const float* decay, int32_t key_dim) {
+  float weakest = 1.0f;
+  for (int32_t i = 0; i < key_dim; ++i) weakest = std::min(weakest, decay[i]);
+  return weakest >= kMinSplitFactor;
+}
+
 // Whether every sub-chunk of the current `local` keeps its decay above kMinSplitFactor.
 bool SplitsEverywhere(int32_t key_dim, int32_t length, int32_t sub, const ChunkScratch& s) {
-  float weakest = 1.0f;
   for (int32_t first = 0; first < length; first += sub) {
-    const float* decay = s.local + (std::min(first + sub, length) - 1) * key_dim;
-    for (int32_t i = 0; i < key_dim; ++i) weakest = std::min(weakest, decay[i]);
+    if (!SplitsAt(s.local + (std::min(first + sub, length) - 1) * key_dim, key_dim)) {
+      return false;
+    }
   }
-  return weakest >= kMinSplitFactor;
+  return true;
 }
 
 // The longest sub-chunk shorter than the chunk (half of it, a quarter, ... kSubChunk) that
@@ -341,9 +361,7 @@ int32_t ChooseSubChunk(int32_t key_dim, int32_t length, const ChunkScratch& s) {
 template <class Shape>
 bool ScoresFromChunkEnd(const HeadRule& rule, int32_t key_dim, int32_t length,
                         const ChunkScratch& s) {
-  float weakest = 1.0f;
-  for (int32_t i = 0; i < key_dim; ++i) weakest = std::min(weakest, s.to_end[i]);
-  if (weakest < kMinSplitFactor) return false;
+  if (!SplitsAt(s.to_end, key_dim)) return false;
   for (int32_t t = 0; t < length; ++t) {
     const int64_t row = static_cast<int64_t>(t) * key_dim;
     const float* z = s.to_end + row;
@@ -359,19 +377,7 @@ bool ScoresFromChunkEnd(const HeadRule& rule, int32_t key_dim, int32_t length,
     }
   }
   Transpose(length, key_dim, s.k_end_t, key_dim, s.columns_t, length);
-  for (int32_t row = 0; row < length; row += kSubChunk) {
-    const int32_t block = std::min(kSubChunk, length - row);
-    const int64_t offset = static_cast<int64_t>(row) * key_dim;
-    MatMul<Shape>(block, row + block, key_dim, s.rows + offset, key_dim, s.columns_t, length,
-                  s.scores + row * length, length, Landing::kOverwrite);
-    if (rule.delta) {
-      MatMul<Shape>(block, row + block, key_dim, s.rows_k + offset, key_dim, s.columns_t,
-                    length, s.transform + row * length, length, Landing::kOverwrite);
-    }
-  }
-  for (int32_t t = 0; t < length; ++t) {
-    std::fill(s.scores + t * length + t + 1, s.scores + (t + 1) * length, 0.0f);
-  }
+  TriangleProducts<Shape>(rule, key_dim, length, s.rows, s.rows_k, s.columns_t, s);
   return true;
 }
 
@@ -383,10 +389,7 @@ void ScoresBySubChunk(const HeadRule& rule, int32_t key_dim, int32_t length,
   float* between = s.factor;  // F[first, end of an earlier sub-chunk]
   for (int32_t first = 0; first < length; first += sub) {
     const int32_t end = std::min(first + sub, length);
-    const float* sub_decay = s.local + (end - 1) * key_dim;  // F[last, first]
-    float weakest = 1.0f;
-    for (int32_t i = 0; i < key_dim; ++i) weakest = std::min(weakest, sub_decay[i]);
-    const bool split = weakest >= kMinSplitFactor;
+    const bool split = SplitsAt(s.local + (end - 1) * key_dim, key_dim);  // F[last, first]
     // Rows: q_t F[t, first].
     for (int32_t t = first; t < end; ++t) {
       const float* d = s.local + t * key_dim;
