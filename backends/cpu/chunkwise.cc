@@ -80,6 +80,7 @@ struct ChunkScratch {
   float* scores;      // [C, C] P, zero above the diagonal
   float* transform;   // [C, C] K K^T ⊙ F, then row by row -A (strictly lower), delta rule
   float* values;      // [C, V] U for the delta rule (additive writes read V in place)
+  float* state_copy;  // [K, V] the state while it moves between layouts
 };
 
 int32_t GateWidth(GateKind gate, int32_t key_dim) {
@@ -95,7 +96,7 @@ ChunkScratch CarveScratch(int32_t key_dim, int32_t value_dim, ChunkWorkspace* wo
   const int64_t c = kChunkSize;
   const int64_t k = std::max(key_dim, 1);
   const int64_t needed =
-      15 * c * k + 2 * std::max(c, k) + 2 * c * c + c * value_dim;
+      15 * c * k + 2 * std::max(c, k) + 2 * c * c + c * value_dim + k * value_dim;
   if (static_cast<int64_t>(workspace->buffer.size()) < needed) {
     workspace->buffer.resize(needed);
   }
@@ -126,6 +127,7 @@ ChunkScratch CarveScratch(int32_t key_dim, int32_t value_dim, ChunkWorkspace* wo
   s.scores = take(c * c);
   s.transform = take(c * c);
   s.values = take(c * value_dim);
+  s.state_copy = take(k * value_dim);
   return s;
 }
 
@@ -475,13 +477,14 @@ constexpr int32_t kSolveBlock = 16;
 // A[t, s] = beta_t (K K^T ⊙ F)[t, s] for s < t.
 template <class Shape>
 void SolveDeltaValues(const HeadRule& rule, const HeadSequence& seq, int32_t start,
-                      int32_t length, const float* state, const ChunkScratch& s) {
+                      int32_t length, const float* state, MatrixLayout layout,
+                      const ChunkScratch& s) {
   const int32_t key_dim = seq.key_dim;
   const int32_t value_dim = seq.value_dim;
   float* u = s.values;  // [C, V]
   const float* k_hat = rule.gate == GateKind::kNone ? s.k : s.k_hat;
   MatMul<Shape>(length, value_dim, key_dim, k_hat, key_dim, state, value_dim, u, value_dim,
-                Landing::kOverwrite);
+                Landing::kOverwrite, nullptr, nullptr, layout);
   for (int32_t block = 0; block < length; block += kSolveBlock) {
     const int32_t end = std::min(length, block + kSolveBlock);
     for (int32_t t = block; t < end; ++t) {
@@ -506,18 +509,19 @@ void SolveDeltaValues(const HeadRule& rule, const HeadSequence& seq, int32_t sta
   }
 }
 
-// Step 5: O = Qh S0 + P U, written straight into the output rows.
+// Step 5: O = Qh S0 + P U, summed in the same register tiles and written once, straight
+// into the output rows.
 template <class Shape>
 void ComputeOutput(const HeadRule& rule, const HeadSequence& seq, int32_t start,
-                   int32_t length, const float* state, const ChunkValues& u,
-                   const ChunkScratch& s) {
+                   int32_t length, const float* state, MatrixLayout layout,
+                   const ChunkValues& u, const ChunkScratch& s) {
   const int32_t value_dim = seq.value_dim;
   float* o = seq.o + start * seq.o_stride;
   const float* q_hat = rule.gate == GateKind::kNone ? s.q : s.q_hat;
+  const LowerTerm intra_chunk{s.scores, length, u.rows, u.stride};
+  static_assert(kChunkSize <= kPanelDepth, "a chunk's P U is one panel");
   MatMul<Shape>(length, value_dim, seq.key_dim, q_hat, seq.key_dim, state, value_dim, o,
-                seq.o_stride, Landing::kOverwrite);
-  LowerMatMulAdd<Shape>(length, value_dim, s.scores, length, u.rows, u.stride, o,
-                        seq.o_stride);
+                seq.o_stride, Landing::kOverwrite, nullptr, &intra_chunk, layout);
 }
 
 // Step 6 (linear attention only, so no decay): o_t /= (q_t . z0 + sum_{s<=t} P[t, s] + eps);
@@ -541,29 +545,53 @@ void Normalize(const HeadRule& rule, const HeadSequence& seq, int32_t start, int
 // pass over the state.
 template <class Shape>
 void UpdateState(const HeadRule& rule, const HeadSequence& seq, int32_t length,
-                 const ChunkValues& u, float* state, const ChunkScratch& s) {
+                 const ChunkValues& u, float* state, MatrixLayout layout,
+                 const ChunkScratch& s) {
   const int32_t key_dim = seq.key_dim;
   const int32_t value_dim = seq.value_dim;
   if (rule.gate == GateKind::kNone) {
     MatMul<Shape>(key_dim, value_dim, length, s.k_t, length, u.rows, u.stride, state,
-                  value_dim);
+                  value_dim, Landing::kAdd, nullptr, nullptr, MatrixLayout::kRows, layout);
     return;
   }
   const float* total = s.from_start + (length - 1) * GateWidth(rule.gate, key_dim);
   if (rule.gate == GateKind::kScalar) {
     std::fill_n(s.factor, key_dim, total[0]);
     MatMul<Shape>(key_dim, value_dim, length, s.k_end_t, length, u.rows, u.stride, state,
-                  value_dim, Landing::kScaleAdd, s.factor);
+                  value_dim, Landing::kScaleAdd, s.factor, nullptr, MatrixLayout::kRows,
+                  layout);
     return;
   }
   MatMul<Shape, ALayout::kColumns>(key_dim, value_dim, length, s.k_end_t, key_dim, u.rows,
-                                   u.stride, state, value_dim, Landing::kScaleAdd, total);
+                                   u.stride, state, value_dim, Landing::kScaleAdd, total,
+                                   nullptr, MatrixLayout::kRows, layout);
+}
+
+// Chunks that must follow a chunk for the state to move to the chunk layout after it. Each
+// move is a copy and a pass back in place; the two cost about what packing the state costs
+// over four chunks. Measured on one thread, the layout made T = 4096 prefills 2-11% faster;
+// a move with one chunk to follow made T = 64 8% slower, with four it is level (README, "On
+// the CPU").
+constexpr int64_t kChunksToMoveState = 4;
+
+// Moves the state [K, V] in place between row-major and the chunk layout (ChunkState).
+template <class Shape>
+void MoveState(bool to_panels, int32_t key_dim, int32_t value_dim, ChunkState* state,
+               const ChunkScratch& s) {
+  std::copy_n(state->matrix, int64_t{key_dim} * value_dim, s.state_copy);
+  if (to_panels) {
+    ToPanels<Shape>(key_dim, value_dim, s.state_copy, value_dim, state->matrix);
+  } else {
+    FromPanels<Shape>(key_dim, value_dim, s.state_copy, state->matrix, value_dim);
+  }
+  state->in_panels = to_panels;
 }
 
 template <class Shape>
-void RunChunks(const HeadRule& rule, const HeadSequence& seq, float* state, float* normalizer,
-               ChunkWorkspace* workspace) {
-  ChunkScratch scratch = CarveScratch(seq.key_dim, seq.value_dim, workspace);
+void RunChunks(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
+               ChunkState* state, float* normalizer, ChunkWorkspace* workspace) {
+  const int32_t key_dim = seq.key_dim, value_dim = seq.value_dim;
+  ChunkScratch scratch = CarveScratch(key_dim, value_dim, workspace);
   for (int32_t start = 0; start < seq.num_tokens; start += kChunkSize) {
     const int32_t length = std::min(kChunkSize, seq.num_tokens - start);
     LoadChunk(rule, seq, start, length, &scratch);
@@ -575,55 +603,66 @@ void RunChunks(const HeadRule& rule, const HeadSequence& seq, float* state, floa
     } else {
       ScoresByToken<Shape>(rule, seq.key_dim, length, scratch);
     }
+    float* matrix = state->matrix;
+    const MatrixLayout layout = state->in_panels ? MatrixLayout::kPanels : MatrixLayout::kRows;
     ChunkValues u{seq.v + start * seq.v_stride, seq.v_stride};
     if (rule.delta) {
-      SolveDeltaValues<Shape>(rule, seq, start, length, state, scratch);
-      u = {scratch.values, seq.value_dim};
+      SolveDeltaValues<Shape>(rule, seq, start, length, matrix, layout, scratch);
+      u = {scratch.values, value_dim};
     }
-    ComputeOutput<Shape>(rule, seq, start, length, state, u, scratch);
+    ComputeOutput<Shape>(rule, seq, start, length, matrix, layout, u, scratch);
     if (rule.normalize) Normalize(rule, seq, start, length, normalizer, scratch);
-    UpdateState<Shape>(rule, seq, length, u, state, scratch);
+    UpdateState<Shape>(rule, seq, length, u, matrix, layout, scratch);
+    // Moved while the chunk's update has it in cache, where enough chunks follow to repay
+    // the two moves.
+    const int64_t tokens_left = seq.num_tokens - start - length + tokens_after;
+    if (!state->in_panels && tokens_left >= kChunksToMoveState * kChunkSize) {
+      MoveState<Shape>(true, key_dim, value_dim, state, scratch);
+    }
     ++workspace->chunks_run;
+  }
+  if (tokens_after == 0 && state->in_panels) {
+    MoveState<Shape>(false, key_dim, value_dim, state, scratch);
   }
 }
 
-// One build per SIMD level, each with the register tiles that level's registers hold.
+// One build per SIMD level, each with the register tiles that level's registers hold (and
+// the panels they read).
 #if LUMEN_KERNEL_LEVELS
 LUMEN_KERNEL_AVX512
-void RunChunksAvx512(const HeadRule& rule, const HeadSequence& seq, float* state,
-                     float* normalizer, ChunkWorkspace* workspace) {
-  RunChunks<Avx512Shape>(rule, seq, state, normalizer, workspace);
+void RunChunksAvx512(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
+                     ChunkState* state, float* normalizer, ChunkWorkspace* workspace) {
+  RunChunks<Avx512Shape>(rule, seq, tokens_after, state, normalizer, workspace);
 }
 
 LUMEN_KERNEL_AVX2
-void RunChunksAvx2(const HeadRule& rule, const HeadSequence& seq, float* state,
-                   float* normalizer, ChunkWorkspace* workspace) {
-  RunChunks<Avx2Shape>(rule, seq, state, normalizer, workspace);
+void RunChunksAvx2(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
+                   ChunkState* state, float* normalizer, ChunkWorkspace* workspace) {
+  RunChunks<Avx2Shape>(rule, seq, tokens_after, state, normalizer, workspace);
 }
 #endif
 
 LUMEN_KERNEL_BASELINE
-void RunChunksBaseline(const HeadRule& rule, const HeadSequence& seq, float* state,
-                       float* normalizer, ChunkWorkspace* workspace) {
-  RunChunks<Vector128Shape>(rule, seq, state, normalizer, workspace);
+void RunChunksBaseline(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
+                       ChunkState* state, float* normalizer, ChunkWorkspace* workspace) {
+  RunChunks<Vector128Shape>(rule, seq, tokens_after, state, normalizer, workspace);
 }
 
 }  // namespace
 
-void RunChunkwise(const HeadRule& rule, const HeadSequence& seq, float* state,
-                  float* normalizer, ChunkWorkspace* workspace) {
-  if (seq.num_tokens <= 0) return;
+void RunChunkwise(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
+                  ChunkState* state, float* normalizer, ChunkWorkspace* workspace) {
   switch (CpuKernelLevel()) {
 #if LUMEN_KERNEL_LEVELS
     case KernelLevel::kAvx512:
-      RunChunksAvx512(rule, seq, state, normalizer, workspace);
+      RunChunksAvx512(rule, seq, tokens_after, state, normalizer, workspace);
       return;
     case KernelLevel::kAvx2:
-      RunChunksAvx2(rule, seq, state, normalizer, workspace);
+      RunChunksAvx2(rule, seq, tokens_after, state, normalizer, workspace);
       return;
 #endif
     default:
-      RunChunksBaseline(rule, seq, state, normalizer, workspace);
+      RunChunksBaseline(rule, seq, tokens_after, state, normalizer, workspace);
       return;
   }
 }

@@ -86,7 +86,7 @@ absl::Status CpuBackend::StateFromHost(void* dst, const void* host_src, int64_t 
 void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
                          const PreparedInputs& in, float* o, int32_t session,
                          int32_t value_head, int64_t first, int64_t count,
-                         SlotScratch& scratch) {
+                         int64_t group_index, SlotScratch& scratch) {
   const int64_t t0 = run.cu_seqlens[session] + first;
   const int64_t t1 = t0 + count;
   if (t1 == t0) return;
@@ -137,8 +137,13 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
     write = {scratch.held.data(), scratch.held.data() + K, false};
   }
   if (run.chunkwise) {
-    if (first == 0) ApplyHeldWrite(spec.key_dim, spec.value_dim, state, &write);
-    RunChunkwise(rule, seq, state, normalizer, &scratch.chunk);
+    ChunkState& chunk_state = scratch.chunk_states[group_index];
+    if (first == 0) {
+      ApplyHeldWrite(spec.key_dim, spec.value_dim, state, &write);
+      chunk_state = {state, false};
+    }
+    RunChunkwise(rule, seq, run.cu_seqlens[session + 1] - t1, &chunk_state, normalizer,
+                 &scratch.chunk);
   } else {
     RunRecurrent(rule, seq, state, normalizer, &write);
     if (layer.held == nullptr) ApplyHeldWrite(spec.key_dim, spec.value_dim, state, &write);
@@ -187,7 +192,10 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
         scratch.head_state.resize(spec.key_dim * spec.value_dim + spec.key_dim);
       }
       if (spec.delta_rule()) scratch.held.resize(spec.key_dim + spec.value_dim);
-      if (run.chunkwise) ReserveChunkWorkspace(spec.key_dim, spec.value_dim, &scratch.chunk);
+      if (run.chunkwise) {
+        ReserveChunkWorkspace(spec.key_dim, spec.value_dim, &scratch.chunk);
+        scratch.chunk_states.resize(std::min<int64_t>(HV, kPrefillHeadGroup));
+      }
     }
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("out of memory preparing a layer call");
@@ -212,7 +220,7 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
       for (int64_t first = 0; first < tokens; first += slice) {
         for (int64_t h = first_head; h < last_head; ++h) {
           RunHead(spec, run, prepared_, o, session, static_cast<int32_t>(h), first,
-                  std::min(slice, tokens - first), scratch_[slot]);
+                  std::min(slice, tokens - first), h - first_head, scratch_[slot]);
         }
       }
     });
@@ -222,7 +230,7 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
     pool_.ParallelForBlocks(run.num_sessions() * HV, [&](int64_t task, int32_t slot) {
       const int32_t session = static_cast<int32_t>(task / HV);
       RunHead(spec, run, prepared_, o, session, static_cast<int32_t>(task % HV), 0,
-              run.cu_seqlens[session + 1] - run.cu_seqlens[session], scratch_[slot]);
+              run.cu_seqlens[session + 1] - run.cu_seqlens[session], 0, scratch_[slot]);
     });
   }
 

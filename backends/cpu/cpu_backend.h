@@ -38,14 +38,17 @@ class CpuBackend : public Backend {
   struct SlotScratch {
     ChunkWorkspace chunk;
     std::vector<float> head_state;  // [K * V + K] fp32 copy of a head stored as bf16
+    std::vector<ChunkState> chunk_states;  // [group] a prefill group's heads' states
     std::vector<float> held;        // [K + V] a delta-rule write where the layer holds none
     HeadInputScratch inputs;        // one head's rows that PrepareInputs left to the heads
   };
 
   // Runs one value head of one session over `count` of its tokens from its token `first`.
+  // A prefill's head carries its state from slice to slice in
+  // scratch.chunk_states[group_index].
   void RunHead(const LayerSpec& spec, const LayerRun& run, const PreparedInputs& in,
                float* o, int32_t session, int32_t value_head, int64_t first, int64_t count,
-               SlotScratch& scratch);
+               int64_t group_index, SlotScratch& scratch);
 
   ThreadPool pool_;
   HeldWrites held_writes_;  // the delta rule's writes held beside each session's block

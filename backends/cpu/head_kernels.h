@@ -71,11 +71,22 @@ void RunRecurrent(const HeadRule& rule, const HeadSequence& seq, float* state,
 // rounding is the step's own, so the state's bits do not depend on when it runs.
 void ApplyHeldWrite(int32_t key_dim, int32_t value_dim, float* state, HeldWrite* write);
 
+// A head's state matrix [K, V] across the chunkwise calls of one prefill. Every chunk reads it
+// once or twice and writes it once, so where enough chunks follow, the matrix moves in place
+// to the chunk layout: the column panels the chunk products read and write in place
+// (small_matmul.h, MatrixLayout::kPanels, at the kernel level this CPU runs), never packed
+// again. The call with no tokens after it leaves the matrix row-major again.
+struct ChunkState {
+  float* matrix = nullptr;  // [K, V], where the state lives between prefills
+  bool in_panels = false;   // in the chunk layout now
+};
+
 // Runs the tokens in chunks of kChunkSize (the last one shorter) with chunk-local C x C
 // products and, for the delta rule, the UT (WY) triangular solve. Agrees with RunRecurrent to
 // SPEC's bounds for any decays (see chunkwise.cc); any split of a sequence across calls gives
-// the same result to those bounds.
-void RunChunkwise(const HeadRule& rule, const HeadSequence& seq, float* state,
-                  float* normalizer, ChunkWorkspace* workspace);
+// the same result to those bounds. tokens_after: how many of the sequence's tokens later calls
+// of this prefill run (ChunkState).
+void RunChunkwise(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
+                  ChunkState* state, float* normalizer, ChunkWorkspace* workspace);
 
 }  // namespace lumen::cpu

@@ -62,19 +62,21 @@ enum class Landing {
   kScaleAdd,   // C = diag(row_scale) C + A B
 };
 
-// C[kRows, kVectors * kWidth] (+)= A[kRows, p] B[p, kVectors * kWidth].
-template <int32_t kWidth, int32_t kRows, int32_t kVectors, ALayout kA>
-[[gnu::always_inline]] inline void MatMulTile(int32_t p, const float* a, int64_t lda,
-                                              const float* b, int64_t ldb, float* c,
-                                              int64_t ldc, Landing landing,
-                                              const float* row_scale) {
-  using Vec = typename FloatVector<kWidth>::Type;
-  Vec acc[kRows][kVectors];
-#pragma GCC unroll 16
-  for (int32_t r = 0; r < kRows; ++r) {
-#pragma GCC unroll 4
-    for (int32_t v = 0; v < kVectors; ++v) acc[r][v] = Vec{};
-  }
+// A second product that a tile sums with the first before it lands: tril(A)[m, m] B[m, n],
+// entries of A above the diagonal zero. The tile at rows [i, i + R) reads A[i:i+R, 0:i+R]
+// and those rows of B, so the triangle past its corner costs nothing.
+struct LowerTerm {
+  const float* a;
+  int64_t lda;
+  const float* b;
+  int64_t ldb;
+};
+
+// acc[kRows][kVectors] += A[kRows, p] B[p, kVectors * kWidth].
+template <int32_t kWidth, int32_t kRows, int32_t kVectors, ALayout kA, class Vec>
+[[gnu::always_inline]] inline void AccumulateTile(Vec (&acc)[kRows][kVectors], int32_t p,
+                                                  const float* a, int64_t lda, const float* b,
+                                                  int64_t ldb) {
   for (int32_t q = 0; q < p; ++q) {
     Vec b_row[kVectors];
 #pragma GCC unroll 4
@@ -87,6 +89,28 @@ template <int32_t kWidth, int32_t kRows, int32_t kVectors, ALayout kA>
 #pragma GCC unroll 4
       for (int32_t v = 0; v < kVectors; ++v) acc[r][v] += a_rq * b_row[v];
     }
+  }
+}
+
+// C[kRows, kVectors * kWidth] (+)= A[kRows, p] B[p, kVectors * kWidth], plus `lower`'s
+// rows [row, row + kRows) where it is given.
+template <int32_t kWidth, int32_t kRows, int32_t kVectors, ALayout kA>
+[[gnu::always_inline]] inline void MatMulTile(int32_t p, const float* a, int64_t lda,
+                                              const float* b, int64_t ldb, float* c,
+                                              int64_t ldc, Landing landing,
+                                              const float* row_scale, const LowerTerm* lower,
+                                              int32_t row) {
+  using Vec = typename FloatVector<kWidth>::Type;
+  Vec acc[kRows][kVectors];
+#pragma GCC unroll 16
+  for (int32_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int32_t v = 0; v < kVectors; ++v) acc[r][v] = Vec{};
+  }
+  AccumulateTile<kWidth, kRows, kVectors, kA>(acc, p, a, lda, b, ldb);
+  if (lower != nullptr) {
+    AccumulateTile<kWidth, kRows, kVectors, ALayout::kRows>(
+        acc, row + kRows, lower->a + row * lower->lda, lower->lda, lower->b, lower->ldb);
   }
 #pragma GCC unroll 16
   for (int32_t r = 0; r < kRows; ++r) {
@@ -105,33 +129,41 @@ template <int32_t kWidth, int32_t kRows, int32_t kVectors, ALayout kA>
   }
 }
 
+// The tile of kRows rows at row i of a strip (MatMulStrip's arguments).
+template <class Shape, int32_t kRows, int32_t kVectors, ALayout kA>
+[[gnu::always_inline]] inline void StripTile(int32_t i, int32_t p, const float* a, int64_t lda,
+                                             const float* b, int64_t ldb, float* c,
+                                             int64_t ldc, Landing landing,
+                                             const float* row_scale, const LowerTerm* lower) {
+  MatMulTile<Shape::kWidth, kRows, kVectors, kA>(p, AAt<kA>(a, lda, i, 0), lda, b, ldb,
+                                                 c + i * ldc, ldc, landing,
+                                                 row_scale ? row_scale + i : nullptr, lower, i);
+}
+
 // One column strip of kVectors * kWidth floats, all m rows: whole tiles, then 4-, 2- and
 // 1-row tiles for the rest. The strip of B (p x strip floats) stays in L1 across the tiles.
+// `lower`, where given, is summed into every tile (its B a strip of the same columns).
 template <class Shape, int32_t kVectors, ALayout kA>
 [[gnu::always_inline]] inline void MatMulStrip(int32_t m, int32_t p, const float* a,
                                                int64_t lda, const float* b, int64_t ldb,
                                                float* c, int64_t ldc, Landing landing,
-                                               const float* row_scale) {
-  constexpr int32_t kWidth = Shape::kWidth;
+                                               const float* row_scale,
+                                               const LowerTerm* lower = nullptr) {
   int32_t i = 0;
   for (; i + Shape::kRows <= m; i += Shape::kRows) {
-    MatMulTile<kWidth, Shape::kRows, kVectors, kA>(p, AAt<kA>(a, lda, i, 0), lda, b, ldb,
-                                                   c + i * ldc, ldc, landing,
-                                                   row_scale ? row_scale + i : nullptr);
+    StripTile<Shape, Shape::kRows, kVectors, kA>(i, p, a, lda, b, ldb, c, ldc, landing,
+                                                 row_scale, lower);
   }
   if (Shape::kRows > 4 && i + 4 <= m) {
-    MatMulTile<kWidth, 4, kVectors, kA>(p, AAt<kA>(a, lda, i, 0), lda, b, ldb, c + i * ldc, ldc,
-                                        landing, row_scale ? row_scale + i : nullptr);
+    StripTile<Shape, 4, kVectors, kA>(i, p, a, lda, b, ldb, c, ldc, landing, row_scale, lower);
     i += 4;
   }
   if (Shape::kRows > 2 && i + 2 <= m) {
-    MatMulTile<kWidth, 2, kVectors, kA>(p, AAt<kA>(a, lda, i, 0), lda, b, ldb, c + i * ldc, ldc,
-                                        landing, row_scale ? row_scale + i : nullptr);
+    StripTile<Shape, 2, kVectors, kA>(i, p, a, lda, b, ldb, c, ldc, landing, row_scale, lower);
     i += 2;
   }
   for (; i < m; ++i) {
-    MatMulTile<kWidth, 1, kVectors, kA>(p, AAt<kA>(a, lda, i, 0), lda, b, ldb, c + i * ldc, ldc,
-                                        landing, row_scale ? row_scale + i : nullptr);
+    StripTile<Shape, 1, kVectors, kA>(i, p, a, lda, b, ldb, c, ldc, landing, row_scale, lower);
   }
 }
 
@@ -151,93 +183,148 @@ template <int32_t kStripWidth>
   }
 }
 
-// One strip of columns, kVectors * kWidth wide, through packed panels of kPanelDepth rows of B.
+// One strip of columns, kVectors * kWidth wide, through packed panels of kPanelDepth rows of B
+// (and one of the lower term's B, which the last panel's tiles sum in too). A strip whose rows
+// are already contiguous (ldb is its width: a matrix in panels, or one that narrow) is read
+// in place.
 template <class Shape, int32_t kVectors, ALayout kA>
 [[gnu::always_inline]] inline void PackedStrip(int32_t m, int32_t p, const float* a,
                                                int64_t lda, const float* b, int64_t ldb,
                                                float* c, int64_t ldc, Landing landing,
-                                               const float* row_scale, float* panel) {
+                                               const float* row_scale, const LowerTerm* lower,
+                                               float* panel, float* lower_panel) {
   constexpr int32_t kStripWidth = kVectors * Shape::kWidth;
-  for (int32_t d = 0; d < p; d += kPanelDepth) {
+  LowerTerm packed{};
+  if (lower != nullptr) {
+    PackPanel<kStripWidth>(m, lower->b, lower->ldb, lower_panel);
+    packed = {lower->a, lower->lda, lower_panel, kStripWidth};
+  }
+  const bool in_place = ldb == kStripWidth;
+  int32_t d = 0;
+  do {  // at least once: with p = 0 the tiles still land (and sum the lower term)
     const int32_t depth = p - d < kPanelDepth ? p - d : kPanelDepth;
-    PackPanel<kStripWidth>(depth, b + d * ldb, ldb, panel);
-    MatMulStrip<Shape, kVectors, kA>(m, depth, AAt<kA>(a, lda, 0, d), lda, panel, kStripWidth,
-                                     c, ldc, d == 0 ? landing : Landing::kAdd, row_scale);
+    const float* rows = b + d * ldb;
+    if (!in_place) PackPanel<kStripWidth>(depth, rows, ldb, panel);
+    const bool last = d + depth >= p;
+    MatMulStrip<Shape, kVectors, kA>(m, depth, AAt<kA>(a, lda, 0, d), lda,
+                                     in_place ? rows : panel, kStripWidth, c, ldc,
+                                     d == 0 ? landing : Landing::kAdd, row_scale,
+                                     last && lower != nullptr ? &packed : nullptr);
+    d += depth;
+  } while (d < p);
+}
+
+// How MatMul's B or C lies in memory: row-major with a leading dimension, or in panels: for
+// each strip of columns that MatMul takes (Shape::kVectors vectors wide, then one vector,
+// then the last columns), all rows of the strip contiguous, the strips one after another.
+// Element (r, c) of the strip that starts at column j and is w wide is data[j * rows +
+// r * w + c - j]. Tiles read B in panels in place, as they would a packed copy, and write
+// C in panels as one block per tile: a state kept in panels across a prefill's chunks is
+// never packed again (ToPanels, FromPanels).
+enum class MatrixLayout { kRows, kPanels };
+
+// The width of the strip MatMul takes at column j (a strip's start) of n columns: whole
+// strips of Shape::kVectors vectors first, then single vectors, then the last columns.
+template <class Shape>
+constexpr int32_t StripWidthAt(int32_t j, int32_t n) {
+  constexpr int32_t kStrip = Shape::kVectors * Shape::kWidth;
+  return n - j >= kStrip ? kStrip : n - j >= Shape::kWidth ? Shape::kWidth : n - j;
+}
+
+// Copies `rows` rows of `width` floats from src (src_ld apart) to dst (dst_ld apart); the
+// widths of whole strips and single vectors are compile-time sizes, so each row is a few
+// vector moves rather than a call of memcpy.
+template <class Shape>
+inline void CopyStrip(int32_t rows, int32_t width, const float* src, int64_t src_ld,
+                      float* dst, int64_t dst_ld) {
+  constexpr int32_t kWidth = Shape::kWidth;
+  constexpr int32_t kStrip = Shape::kVectors * kWidth;
+  for (int32_t r = 0; r < rows; ++r) {
+    if (width == kStrip) {
+      std::memcpy(dst + r * dst_ld, src + r * src_ld, kStrip * sizeof(float));
+    } else if (width == kWidth) {
+      std::memcpy(dst + r * dst_ld, src + r * src_ld, kWidth * sizeof(float));
+    } else {
+      std::memcpy(dst + r * dst_ld, src + r * src_ld, width * sizeof(float));
+    }
+  }
+}
+
+// dst [rows, n] in panels (MatrixLayout::kPanels for Shape) = src [rows, n] row-major (ld
+// apart).
+template <class Shape>
+inline void ToPanels(int32_t rows, int32_t n, const float* src, int64_t ld, float* dst) {
+  for (int32_t j = 0, width = 0; j < n; j += width) {
+    width = StripWidthAt<Shape>(j, n);
+    CopyStrip<Shape>(rows, width, src + j, ld, dst + int64_t{j} * rows, width);
+  }
+}
+
+// dst [rows, n] row-major (ld apart) = src [rows, n] in panels.
+template <class Shape>
+inline void FromPanels(int32_t rows, int32_t n, const float* src, float* dst, int64_t ld) {
+  for (int32_t j = 0, width = 0; j < n; j += width) {
+    width = StripWidthAt<Shape>(j, n);
+    CopyStrip<Shape>(rows, width, src + int64_t{j} * rows, width, dst + j, ld);
   }
 }
 
 // c[m, n] (+)= a[m, p] b[p, n] as `landing` says; leading dimensions in floats; row_scale
 // [m] with Landing::kScaleAdd only. kA = ALayout::kColumns: `a` holds A^T, [p, m].
+// b_layout, c_layout: how b and c lie (MatrixLayout); ldb or ldc is not read for one in
+// panels. (Runtime arguments: they only place each strip, and one build serves both.)
+// `lower`, where given, adds tril(lower.a)[m, m] lower.b[m, n] in the same register tiles,
+// so that each tile of c is written once: the chunk's O = Qh S0 + P U in one pass over O
+// (m <= kPanelDepth; lower.a zero above the diagonal).
 template <class Shape, ALayout kA = ALayout::kRows>
 inline void MatMul(int32_t m, int32_t n, int32_t p, const float* a, int64_t lda,
                    const float* b, int64_t ldb, float* c, int64_t ldc,
-                   Landing landing = Landing::kAdd, const float* row_scale = nullptr) {
+                   Landing landing = Landing::kAdd, const float* row_scale = nullptr,
+                   const LowerTerm* lower = nullptr,
+                   MatrixLayout b_layout = MatrixLayout::kRows,
+                   MatrixLayout c_layout = MatrixLayout::kRows) {
   constexpr int32_t kWidth = Shape::kWidth;
   constexpr int32_t kStrip = Shape::kVectors * kWidth;
   alignas(64) float panel[kPanelDepth * kStrip];
-  int32_t j = 0;
-  for (; j + kStrip <= n; j += kStrip) {
-    PackedStrip<Shape, Shape::kVectors, kA>(m, p, a, lda, b + j, ldb, c + j, ldc, landing,
-                                            row_scale, panel);
-  }
-  for (; j + kWidth <= n; j += kWidth) {
-    PackedStrip<Shape, 1, kA>(m, p, a, lda, b + j, ldb, c + j, ldc, landing, row_scale, panel);
-  }
-  if (j == n) return;
-  for (int32_t i = 0; i < m; ++i) {  // the last columns, fewer than a vector
-    for (int32_t jj = j; jj < n; ++jj) {
-      float sum = 0.0f;
-      for (int32_t q = 0; q < p; ++q) sum += *AAt<kA>(a, lda, i, q) * b[q * ldb + jj];
-      float& out = c[i * ldc + jj];
-      switch (landing) {
-        case Landing::kAdd: out += sum; break;
-        case Landing::kOverwrite: out = sum; break;
-        case Landing::kScaleAdd: out = row_scale[i] * out + sum; break;
+  alignas(64) float lower_panel[kPanelDepth * kStrip];
+  LowerTerm strip_lower = lower != nullptr ? *lower : LowerTerm{};  // its B from column j on
+  const LowerTerm* strip = lower != nullptr ? &strip_lower : nullptr;
+  for (int32_t j = 0, width = 0; j < n; j += width) {
+    width = StripWidthAt<Shape>(j, n);
+    const bool b_panels = b_layout == MatrixLayout::kPanels;
+    const bool c_panels = c_layout == MatrixLayout::kPanels;
+    const float* b_j = b_panels ? b + int64_t{j} * p : b + j;
+    const int64_t ldb_j = b_panels ? width : ldb;
+    float* c_j = c_panels ? c + int64_t{j} * m : c + j;
+    const int64_t ldc_j = c_panels ? width : ldc;
+    if (strip != nullptr) strip_lower.b = lower->b + j;
+    if (width == kStrip) {
+      PackedStrip<Shape, Shape::kVectors, kA>(m, p, a, lda, b_j, ldb_j, c_j, ldc_j, landing,
+                                              row_scale, strip, panel, lower_panel);
+      continue;
+    }
+    if (width == kWidth) {
+      PackedStrip<Shape, 1, kA>(m, p, a, lda, b_j, ldb_j, c_j, ldc_j, landing, row_scale,
+                                strip, panel, lower_panel);
+      continue;
+    }
+    for (int32_t i = 0; i < m; ++i) {  // the last columns, fewer than a vector
+      for (int32_t jj = 0; jj < width; ++jj) {
+        float sum = 0.0f;
+        for (int32_t q = 0; q < p; ++q) sum += *AAt<kA>(a, lda, i, q) * b_j[q * ldb_j + jj];
+        if (lower != nullptr) {
+          for (int32_t q = 0; q <= i; ++q) {
+            sum += lower->a[i * lower->lda + q] * strip_lower.b[q * lower->ldb + jj];
+          }
+        }
+        float& out = c_j[i * ldc_j + jj];
+        switch (landing) {
+          case Landing::kAdd: out += sum; break;
+          case Landing::kOverwrite: out = sum; break;
+          case Landing::kScaleAdd: out = row_scale[i] * out + sum; break;
+        }
       }
     }
-  }
-}
-
-// One strip of LowerMatMulAdd: each panel of B is packed once and read by every block of
-// rows that reaches it.
-template <class Shape, int32_t kVectors>
-[[gnu::always_inline]] inline void LowerStrip(int32_t m, const float* a, int64_t lda,
-                                              const float* b, int64_t ldb, float* c,
-                                              int64_t ldc, float* panel) {
-  constexpr int32_t kStripWidth = kVectors * Shape::kWidth;
-  for (int32_t d = 0; d < m; d += kPanelDepth) {
-    const int32_t depth = m - d < kPanelDepth ? m - d : kPanelDepth;
-    PackPanel<kStripWidth>(depth, b + d * ldb, ldb, panel);
-    for (int32_t i = d / Shape::kRows * Shape::kRows; i < m; i += Shape::kRows) {
-      const int32_t rows = m - i < Shape::kRows ? m - i : Shape::kRows;
-      const int32_t end = i + rows < d + depth ? i + rows : d + depth;  // a's last column + 1
-      MatMulStrip<Shape, kVectors, ALayout::kRows>(rows, end - d, a + i * lda + d, lda, panel,
-                                                   kStripWidth, c + i * ldc, ldc, Landing::kAdd,
-                                                   nullptr);
-    }
-  }
-}
-
-// c[m, n] += tril(a)[m, m] b[m, n]: row i of c reads rows 0..i of b (diagonal included).
-// Entries of a above the diagonal must be zero: each block of rows reads a[i, 0:end of the
-// block].
-template <class Shape>
-inline void LowerMatMulAdd(int32_t m, int32_t n, const float* a, int64_t lda, const float* b,
-                           int64_t ldb, float* c, int64_t ldc) {
-  constexpr int32_t kWidth = Shape::kWidth;
-  constexpr int32_t kStrip = Shape::kVectors * kWidth;
-  alignas(64) float panel[kPanelDepth * kStrip];
-  int32_t j = 0;
-  for (; j + kStrip <= n; j += kStrip) {
-    LowerStrip<Shape, Shape::kVectors>(m, a, lda, b + j, ldb, c + j, ldc, panel);
-  }
-  for (; j + kWidth <= n; j += kWidth) {
-    LowerStrip<Shape, 1>(m, a, lda, b + j, ldb, c + j, ldc, panel);
-  }
-  if (j == n) return;
-  for (int32_t i = 0; i < m; i += Shape::kRows) {  // the last columns, fewer than a vector
-    const int32_t rows = m - i < Shape::kRows ? m - i : Shape::kRows;
-    MatMul<Shape>(rows, n - j, i + rows, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
   }
 }
 

@@ -318,20 +318,23 @@ Result RunForm(Form form, const Problem& p, int32_t pad, int32_t split,
   float* normalizer = p.rule.normalize ? r.normalizer.data() : nullptr;
   std::vector<float> held_k(p.key_dim, kNaN), held_u(p.value_dim, kNaN);
   HeldWrite write{held_k.data(), held_u.data(), false};
-  auto run = [&](const HeadSequence& seq) {
+  // The chunkwise form carries its state across a split as a prefill's slices do.
+  ChunkState chunk_state{r.state.data(), false};
+  auto run = [&](const HeadSequence& seq, int64_t tokens_after) {
     if (form == Form::kRecurrent) {
       RunRecurrent(p.rule, seq, r.state.data(), normalizer, &write);
     } else {
-      RunChunkwise(p.rule, seq, r.state.data(), normalizer, workspace);
+      RunChunkwise(p.rule, seq, tokens_after, &chunk_state, normalizer, workspace);
     }
   };
   if (split <= 0 || split >= p.num_tokens) {
-    run(layout.seq);
+    run(layout.seq, 0);
   } else {
-    run(Slice(layout.seq, 0, split));
+    run(Slice(layout.seq, 0, split), p.num_tokens - split);
     if (apply == Apply::kAtSplit) ApplyHeldWrite(p.key_dim, p.value_dim, r.state.data(), &write);
-    run(Slice(layout.seq, split, p.num_tokens - split));
+    run(Slice(layout.seq, split, p.num_tokens - split), 0);
   }
+  CHECK_FALSE(chunk_state.in_panels);
   // Only the recurrent form of the delta rule holds a write, and only after a token.
   CHECK(write.held == (form == Form::kRecurrent && p.rule.delta && p.num_tokens > 0));
   ApplyHeldWrite(p.key_dim, p.value_dim, r.state.data(), &write);
@@ -425,13 +428,16 @@ TEST_CASE("Log-decays down to -40 per token keep whole chunks and precision",
 TEST_CASE("A split run equals one run", "[kernels][cpu]") {
   std::mt19937_64 rng(0x5eed0002);
   ChunkWorkspace workspace;
-  const int32_t t_count = 130;
+  // Long enough that the chunkwise state moves to the chunk layout in the first call (more
+  // than kChunksToMoveState chunks follow its first chunk) and back in the second.
+  const int32_t t_count = 200;
   for (const Config& config : AllConfigs()) {
     const Problem p = MakeProblem(config, t_count, 19, 40, rng);
     const ReferenceResult ref = Reference(p);
     const Result rec_whole = RunForm(Form::kRecurrent, p, 3, 0, &workspace);
     const Result chunk_whole = RunForm(Form::kChunkwise, p, 3, 0, &workspace);
-    for (int32_t split : {1, 17, kChunkSize - 1, kChunkSize, kChunkSize + 1, 43, 100, 129}) {
+    for (int32_t split :
+         {1, 17, kChunkSize - 1, kChunkSize, kChunkSize + 1, 43, 100, 129, 190}) {
       INFO(config.name << " split=" << split);
       // The recurrent form does the same arithmetic however the tokens are split, and
       // whether or not the delta rule's held write goes into the state at the split.
@@ -490,7 +496,8 @@ TEST_CASE("An empty sequence leaves the state alone", "[kernels][cpu]") {
   layout.seq.num_tokens = 0;
   std::vector<float> state = p.state, normalizer = p.normalizer;
   RunRecurrent(p.rule, layout.seq, state.data(), normalizer.data(), nullptr);
-  RunChunkwise(p.rule, layout.seq, state.data(), normalizer.data(), &workspace);
+  ChunkState chunk_state{state.data(), false};
+  RunChunkwise(p.rule, layout.seq, 0, &chunk_state, normalizer.data(), &workspace);
   CHECK(state == p.state);
   CHECK(normalizer == p.normalizer);
 }
