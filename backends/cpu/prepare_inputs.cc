@@ -141,8 +141,8 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
   status = LoadPart(spec, run, call, pool, kConvK, "k", inputs.k, H, spec.key_dim,
                     &out->k_storage, out, &out->k);
   if (!status.ok()) return status;
-  out->qk_transform = spec.qk_l2norm || spec.feature_map != FeatureMap::kIdentity ||
-                      spec.scale != 1.0f;
+  out->k_transform = spec.qk_l2norm || spec.feature_map != FeatureMap::kIdentity;
+  out->q_transform = out->k_transform || spec.scale != 1.0f;
 
   out->g_raw = false;
   if (spec.family == Family::kRetention) {
@@ -183,10 +183,8 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
 void ReserveHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int64_t max_tokens,
                        HeadInputScratch* scratch) {
   const int64_t K = spec.key_dim;
-  if (in.qk_transform) {
-    scratch->q.resize(max_tokens * K);
-    scratch->k.resize(max_tokens * K);
-  }
+  if (in.q_transform) scratch->q.resize(max_tokens * K);
+  if (in.k_transform) scratch->k.resize(max_tokens * K);
   if (in.v_times_dt) scratch->v.resize(max_tokens * spec.value_dim);
   if (in.g_raw) scratch->g.resize(max_tokens * in.g_token_stride / spec.num_value_heads);
   if (in.beta_logits) scratch->beta.resize(max_tokens);
@@ -204,12 +202,16 @@ void PrepareHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int32_t 
   seq->q_stride = seq->k_stride = H * K;
   seq->v = in.v + (t0 * HV + value_head) * V;
   seq->v_stride = HV * V;
-  if (in.qk_transform) {
+  // Rows that need nothing are read in place (the kernels copy strided rows as they go).
+  if (in.q_transform) {
     TransformQueryOrKeyRows(spec, spec.scale, seq->q, seq->q_stride, count, scratch->q.data());
-    TransformQueryOrKeyRows(spec, 1.0f, seq->k, seq->k_stride, count, scratch->k.data());
     seq->q = scratch->q.data();
+    seq->q_stride = K;
+  }
+  if (in.k_transform) {
+    TransformQueryOrKeyRows(spec, 1.0f, seq->k, seq->k_stride, count, scratch->k.data());
     seq->k = scratch->k.data();
-    seq->q_stride = seq->k_stride = K;
+    seq->k_stride = K;
   }
 
   if (in.g != nullptr) {

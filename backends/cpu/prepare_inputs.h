@@ -33,7 +33,8 @@ struct PreparedInputs {
   const float* beta = nullptr;  // [T, HV], or nullptr
   const float* skip_x = nullptr;  // [T, HV, V] Mamba-2's x for the D skip, or nullptr
 
-  bool qk_transform = false;  // q and k rows still need l2norm / feature map / scale
+  bool q_transform = false;   // q rows still need l2norm / feature map / scale
+  bool k_transform = false;   // k rows still need l2norm / feature map (k takes no scale)
   bool g_raw = false;         // g holds raw gates: log-decay = -exp(A_log) softplus(g + dt_bias)
   bool v_times_dt = false;    // Mamba-2: v rows still need scaling by the head's dt
   bool beta_logits = false;   // beta holds logits: sigmoid still to apply
