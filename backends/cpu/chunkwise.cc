@@ -569,7 +569,7 @@ void UpdateState(const HeadRule& rule, const HeadSequence& seq, int32_t length,
 
 // Chunks that must follow a chunk for the state to move to the chunk layout after it. Each
 // move is a copy and a pass back in place; the two cost about what packing the state costs
-// over four chunks. Measured on one thread, the layout made T = 4096 prefills 2-11% faster;
+// over four chunks. Measured on one thread, the layout made T = 4096 prefills 1-11% faster;
 // a move with one chunk to follow made T = 64 8% slower, with four it is level (README, "On
 // the CPU").
 constexpr int64_t kChunksToMoveState = 4;
