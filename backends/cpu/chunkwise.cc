@@ -15,9 +15,10 @@
 // fp32's range.
 //   - No gate or one gate per token: P = tril(Q K^T) ⊙ F, the decay applied after the product.
 //   - Per-channel gates (gla, kda): F differs by channel, so it must be inside the product.
-//     Where the chunk's whole decay z_0 = F[last, 0] stays above kMinSplitFactor in every
-//     channel, F[t, s] = z_s / z_t gives P = tril((Q ⊘ z)(K ⊙ z)^T), with K ⊙ z the rows the
-//     state update reads anyway and q_t / z_t <= q_t / z_0 finite. Otherwise the chunk is
+//     Where the chunk's whole decay a_last = a_t z_t stays above kMinSplitFactor in every
+//     channel, F[t, s] = a_t z_s / a_last gives P = tril(Qh ((K ⊙ z) ⊘ a_last)^T), with Qh
+//     and K ⊙ z the rows the state's reads and update take anyway and the columns
+//     k_s z_s / a_last <= k_s / a_last finite. Otherwise the chunk is
 //     cut into sub-chunks (halves of it, down to 16 tokens: the longest whose every
 //     sub-chunk keeps its decay above kMinSplitFactor, else 16);
 //     rows of sub-chunk j are scaled against its first token r (q_t F[t, r] <= 1), columns s
@@ -346,8 +347,8 @@ bool SplitsEverywhere(int32_t key_dim, int32_t length, int32_t sub, const ChunkS
 }
 
 // The longest sub-chunk shorter than the chunk (half of it, a quarter, ... kSubChunk) that
-// splits everywhere, else kSubChunk; leaves its decays in `local` and `tail`. (A chunk that
-// splits as one sub-chunk takes ScoresFromChunkEnd.)
+// splits everywhere, else kSubChunk; leaves its decays in `local` and `tail`. (A chunk whose
+// whole decay stays above the bound takes ScoresFromChunkEnd.)
 int32_t ChooseSubChunk(int32_t key_dim, int32_t length, const ChunkScratch& s) {
   for (int32_t sub = kChunkSize / 2; sub > kSubChunk; sub /= 2) {
     SubChunkDecays(key_dim, length, sub, s);
@@ -357,29 +358,23 @@ int32_t ChooseSubChunk(int32_t key_dim, int32_t length, const ChunkScratch& s) {
   return kSubChunk;
 }
 
-// Step 3, a gate per channel whose decay over the whole chunk stays above kMinSplitFactor
-// in every channel (z_0 = F[last, 0]): P and K K^T ⊙ F from the chunk's end (see the top).
+// Step 3, a gate per channel whose decay over the whole chunk, a_last = a_t z_t, stays above
+// kMinSplitFactor in every channel: P and K K^T ⊙ F from the chunk's end (see the top), the
+// rows Qh and Kh that the state's reads take anyway against columns (K ⊙ z) ⊘ a_last.
 // Returns false, doing nothing, where the decay is stronger.
 template <class Shape>
 bool ScoresFromChunkEnd(const HeadRule& rule, int32_t key_dim, int32_t length,
                         const ChunkScratch& s) {
-  if (!SplitsAt(s.to_end, key_dim)) return false;
-  for (int32_t t = 0; t < length; ++t) {
-    const int64_t row = static_cast<int64_t>(t) * key_dim;
-    const float* z = s.to_end + row;
-    const float* q = s.q + row;
-    const float* k = s.k + row;
-    float* row_q = s.rows + row;
-    float* row_k = s.rows_k + row;
-#pragma omp simd
-    for (int32_t i = 0; i < key_dim; ++i) row_q[i] = q[i] / z[i];
-    if (rule.delta) {
-#pragma omp simd
-      for (int32_t i = 0; i < key_dim; ++i) row_k[i] = k[i] / z[i];
-    }
-  }
+  const float* total = s.from_start + (length - 1) * key_dim;
+  if (!SplitsAt(total, key_dim)) return false;
   Transpose(length, key_dim, s.k_end_t, key_dim, s.columns_t, length);
-  TriangleProducts<Shape>(rule, key_dim, length, s.rows, s.rows_k, s.columns_t, s);
+  for (int32_t i = 0; i < key_dim; ++i) {
+    const float inverse = 1.0f / total[i];
+    float* column = s.columns_t + i * length;
+#pragma omp simd
+    for (int32_t t = 0; t < length; ++t) column[t] *= inverse;
+  }
+  TriangleProducts<Shape>(rule, key_dim, length, s.q_hat, s.k_hat, s.columns_t, s);
   return true;
 }
 
