@@ -171,6 +171,16 @@ template <class Shape, int32_t kVectors, ALayout kA>
 // half of L1.
 inline constexpr int32_t kPanelDepth = 128;
 
+// Copies `rows` rows of kRowWidth floats from src (src_ld apart) to dst (dst_ld apart): each
+// row a few vector moves of a compile-time size.
+template <int32_t kRowWidth>
+[[gnu::always_inline]] inline void CopyRows(int32_t rows, const float* src, int64_t src_ld,
+                                            float* dst, int64_t dst_ld) {
+  for (int32_t r = 0; r < rows; ++r) {
+    std::memcpy(dst + r * dst_ld, src + r * src_ld, kRowWidth * sizeof(float));
+  }
+}
+
 // Copies `depth` rows of kStripWidth floats (ldb apart in b) into panel, contiguous. The
 // tiles then read B at a fixed stride from one block of L1: read in place, a strip of a
 // [128, 128] state or a chunk's [K, C] keys spans rows 512 or 4C bytes apart that share few
@@ -178,9 +188,7 @@ inline constexpr int32_t kPanelDepth = 128;
 template <int32_t kStripWidth>
 [[gnu::always_inline]] inline void PackPanel(int32_t depth, const float* b, int64_t ldb,
                                              float* panel) {
-  for (int32_t q = 0; q < depth; ++q) {
-    std::memcpy(panel + q * kStripWidth, b + q * ldb, kStripWidth * sizeof(float));
-  }
+  CopyRows<kStripWidth>(depth, b, ldb, panel, kStripWidth);
 }
 
 // One strip of columns, kVectors * kWidth wide, through packed panels of kPanelDepth rows of B
@@ -231,22 +239,17 @@ constexpr int32_t StripWidthAt(int32_t j, int32_t n) {
   return n - j >= kStrip ? kStrip : n - j >= Shape::kWidth ? Shape::kWidth : n - j;
 }
 
-// Copies `rows` rows of `width` floats from src (src_ld apart) to dst (dst_ld apart); the
-// widths of whole strips and single vectors are compile-time sizes, so each row is a few
-// vector moves rather than a call of memcpy.
+// CopyRows for one of MatMul's strips (StripWidthAt): whole strips and single vectors at
+// their compile-time widths, rather than a call of memcpy per row; the last columns at theirs.
 template <class Shape>
 inline void CopyStrip(int32_t rows, int32_t width, const float* src, int64_t src_ld,
                       float* dst, int64_t dst_ld) {
   constexpr int32_t kWidth = Shape::kWidth;
   constexpr int32_t kStrip = Shape::kVectors * kWidth;
+  if (width == kStrip) return CopyRows<kStrip>(rows, src, src_ld, dst, dst_ld);
+  if (width == kWidth) return CopyRows<kWidth>(rows, src, src_ld, dst, dst_ld);
   for (int32_t r = 0; r < rows; ++r) {
-    if (width == kStrip) {
-      std::memcpy(dst + r * dst_ld, src + r * src_ld, kStrip * sizeof(float));
-    } else if (width == kWidth) {
-      std::memcpy(dst + r * dst_ld, src + r * src_ld, kWidth * sizeof(float));
-    } else {
-      std::memcpy(dst + r * dst_ld, src + r * src_ld, width * sizeof(float));
-    }
+    std::memcpy(dst + r * dst_ld, src + r * src_ld, width * sizeof(float));
   }
 }
 
@@ -289,10 +292,10 @@ inline void MatMul(int32_t m, int32_t n, int32_t p, const float* a, int64_t lda,
   alignas(64) float lower_panel[kPanelDepth * kStrip];
   LowerTerm strip_lower = lower != nullptr ? *lower : LowerTerm{};  // its B from column j on
   const LowerTerm* strip = lower != nullptr ? &strip_lower : nullptr;
+  const bool b_panels = b_layout == MatrixLayout::kPanels;
+  const bool c_panels = c_layout == MatrixLayout::kPanels;
   for (int32_t j = 0, width = 0; j < n; j += width) {
     width = StripWidthAt<Shape>(j, n);
-    const bool b_panels = b_layout == MatrixLayout::kPanels;
-    const bool c_panels = c_layout == MatrixLayout::kPanels;
     const float* b_j = b_panels ? b + int64_t{j} * p : b + j;
     const int64_t ldb_j = b_panels ? width : ldb;
     float* c_j = c_panels ? c + int64_t{j} * m : c + j;

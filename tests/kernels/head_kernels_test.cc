@@ -428,8 +428,8 @@ TEST_CASE("Log-decays down to -40 per token keep whole chunks and precision",
 TEST_CASE("A split run equals one run", "[kernels][cpu]") {
   std::mt19937_64 rng(0x5eed0002);
   ChunkWorkspace workspace;
-  // Long enough that the chunkwise state moves to the chunk layout in the first call (more
-  // than kChunksToMoveState chunks follow its first chunk) and back in the second.
+  // Long enough that the chunkwise state moves to the chunk layout in the first call (at
+  // least kChunksToMoveState chunks follow its first chunk) and back in the second.
   const int32_t t_count = 200;
   for (const Config& config : AllConfigs()) {
     const Problem p = MakeProblem(config, t_count, 19, 40, rng);
