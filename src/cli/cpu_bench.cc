@@ -16,22 +16,15 @@
 #include <vector>
 
 #include "src/cli/bench_anchors.h"
+#include "src/cli/bench_cases.h"
+#include "src/cli/build_compare.h"
 #include "src/cli/lumen_handles.h"
 
 namespace lumen::cli {
 namespace {
 
-// The shape: HV = 32 heads of K = V = 128, fp32 state (2 MiB per session).
-constexpr int32_t kHeads = 32;
-constexpr int32_t kKeyDim = 128;
-constexpr int32_t kValueDim = 128;
-constexpr int64_t kStateBytes = int64_t{kHeads} * kKeyDim * kValueDim * 4;
-// Chunk length the prefill's nominal flop count assumes (lumen's kChunkSize on the CPU).
-constexpr double kChunk = 32;
 // Tokens of the token-by-token loop that prefill is compared with.
 constexpr int32_t kTokenLoopTokens = 256;
-// Bytes a misaligned buffer starts after a cache line, as malloc often gives.
-constexpr int64_t kMisalignBytes = 16;
 
 [[noreturn]] void Fail(const std::string& message) { FailAs("lumen bench", message); }
 void Check(lumen_status status, const char* call) { CheckAs("lumen bench", status, call); }
@@ -51,6 +44,9 @@ struct Options {
   std::vector<int64_t> misalign{0, kMisalignBytes};
   bool decode = true;
   bool prefill = true;
+  std::vector<std::string> builds;  // --builds: compare these library files instead
+  int32_t rounds = 10;
+  bool same_bits = false;  // --same-bits: fail where a build's results differ from the first's
 };
 
 // Whether --families names this family (no --families: every family).
@@ -66,6 +62,8 @@ void PrintUsage(std::FILE* to) {
       "usage: lumen bench --cpu [--quick] [--bf16] [--families a,b] [--threads 1,2]\n"
       "                   [--sessions 1,8,64] [--tokens 1024,...] [--aligned-only]\n"
       "                   [--decode-only | --prefill-only] [--repeats R]\n"
+      "       lumen bench --cpu --builds A.so,B.so[,...] [--rounds R] [--same-bits]\n"
+      "                   [the options above]\n"
       "\n"
       "Decode (lumen_engine_step_batch over N sessions) and prefill (lumen_session_prefill of\n"
       "T tokens) of every family at HV = 32, K = V = 128, fp32 state, with the caller's\n"
@@ -77,7 +75,14 @@ void PrintUsage(std::FILE* to) {
       "prefill cell's repeats, its ratios' anchor), and lumen_session_step token by token.\n"
       "Times are the best of R repeats (default 5), with the spread worst/best - 1.\n"
       "Inputs and output are fp32; --bf16 gives them in bf16 (the state stays fp32).\n"
-      "--quick runs a few small cases once (a smoke test; its numbers mean nothing).\n");
+      "--quick runs a few small cases once (a smoke test; its numbers mean nothing).\n"
+      "\n"
+      "--builds times the same cases (caller buffers on a cache line) through two or more\n"
+      "builds of lumen, each loaded from its shared library file into this process, called\n"
+      "in turn R rounds (default 10) so that they share the host's phases; it prints each\n"
+      "build's best and median against the first build's, and whether its outputs and\n"
+      "states match the first build's bit for bit (--same-bits: exit status 1 where they\n"
+      "do not). No anchors: the first build is one.\n");
 }
 
 std::vector<int64_t> ParseList(const std::string& flag, const std::string& text) {
@@ -94,6 +99,14 @@ std::vector<int64_t> ParseList(const std::string& flag, const std::string& text)
   }
   if (values.empty()) Fail("empty list for " + flag);
   return values;
+}
+
+std::vector<std::string> ParseNames(const std::string& text) {
+  std::vector<std::string> names;
+  std::stringstream stream(text);
+  std::string name;
+  while (std::getline(stream, name, ',')) names.push_back(name);
+  return names;
 }
 
 Options ParseOptions(int argc, char** argv) {
@@ -116,9 +129,13 @@ Options ParseOptions(int argc, char** argv) {
     } else if (flag == "--prefill-only") {
       options.decode = false;
     } else if (flag == "--families") {
-      std::stringstream stream(value());
-      std::string name;
-      while (std::getline(stream, name, ',')) options.families.push_back(name);
+      options.families = ParseNames(value());
+    } else if (flag == "--builds") {
+      options.builds = ParseNames(value());
+    } else if (flag == "--same-bits") {
+      options.same_bits = true;
+    } else if (flag == "--rounds") {
+      options.rounds = static_cast<int32_t>(ParseList(flag, value())[0]);
     } else if (flag == "--threads") {
       options.threads = ParseList(flag, value());
     } else if (flag == "--sessions") {
@@ -144,177 +161,13 @@ Options ParseOptions(int argc, char** argv) {
   return options;
 }
 
-// ---------------------------------------------------------------------------------------
-// Families
-
-struct FamilySetup {
-  const char* name;
-  lumen_family family;
-  bool scalar_gate;  // g [T, HV]
-  bool vector_gate;  // g [T, HV, K]
-  bool gate_raw;     // g raw, with A_log and dt_bias (as the models run it)
-  bool delta;        // beta, qk_l2norm and beta_sigmoid
-};
-
-// Options as the published models run them: Mamba-2 (ssd), Qwen3-Next (gated_delta_net) and
-// Kimi Linear (kda) take raw gates; the delta family normalises q and k and takes beta as a
-// logit. No short convolution: the timings are of the state update.
-constexpr FamilySetup kFamilies[] = {
-    {"linear_attn", LUMEN_FAMILY_LINEAR_ATTN, false, false, false, false},
-    {"retention", LUMEN_FAMILY_RETENTION, false, false, false, false},
-    {"ssd", LUMEN_FAMILY_SSD, true, false, true, false},
-    {"gla", LUMEN_FAMILY_GLA, false, true, false, false},
-    {"delta_net", LUMEN_FAMILY_DELTA_NET, false, false, false, true},
-    {"gated_delta_net", LUMEN_FAMILY_GATED_DELTA_NET, true, false, true, true},
-    {"kda", LUMEN_FAMILY_KDA, false, true, true, true},
-};
-
-// Nominal flops per token and head of the chunkwise form at chunk length C (matrix products
-// only): additive, Q S, K^T V, Q K^T and P V: 4 K V + 2 C (K + V); delta rule, with fla's WY
-// form: K K^T, W = T K, U = T V, W S, Q S, Q K^T, P V', K^T V': 6 K V + 2 C (3 K + 2 V) and
-// the triangular inverse, C^2 / 3.
-double PrefillFlopsPerToken(const FamilySetup& family) {
-  const double k = kKeyDim, v = kValueDim;
-  const double per_head = family.delta ? 6 * k * v + 2 * kChunk * (3 * k + 2 * v) +
-                                             kChunk * kChunk / 3
-                                       : 4 * k * v + 2 * kChunk * (k + v);
-  return per_head * kHeads;
-}
-
-Owned<lumen_model> BuildModel(const FamilySetup& family, bool bf16_state) {
-  lumen_model_builder* raw = nullptr;
-  Check(lumen_model_builder_create(&raw), "lumen_model_builder_create");
-  Owned<lumen_model_builder> builder(raw);
-  lumen_layer_options options;
-  lumen_layer_options_init(&options);
-  options.family = family.family;
-  options.num_heads = kHeads;
-  options.num_value_heads = kHeads;
-  options.key_dim = kKeyDim;
-  options.value_dim = kValueDim;
-  options.gate_raw = family.gate_raw;
-  options.qk_l2norm = family.delta;
-  options.beta_sigmoid = family.delta;
-  options.state_dtype = bf16_state ? LUMEN_DTYPE_BFLOAT16 : LUMEN_DTYPE_FLOAT32;
-  int32_t layer = 0;
-  Check(lumen_model_builder_add_layer(builder.get(), &options, &layer),
-        "lumen_model_builder_add_layer");
-  if (family.gate_raw) {
-    // As fla and the models initialise them: A ~ U(1, 16); dt ~ logU(1e-3, 1e-1) through
-    // dt_bias = softplus^-1(dt).
-    const int64_t bias_count = family.vector_gate ? int64_t{kHeads} * kKeyDim : kHeads;
-    std::vector<float> a_log(kHeads), dt_bias(bias_count);
-    for (int32_t h = 0; h < kHeads; ++h) a_log[h] = std::log(1.0f + 15.0f * (h + 0.5f) / kHeads);
-    for (int64_t i = 0; i < bias_count; ++i) {
-      const float dt = std::exp(std::log(1e-3f) + std::log(100.0f) * (i % 97) / 96.0f);
-      dt_bias[i] = dt + std::log(-std::expm1(-dt));
-    }
-    Check(lumen_model_builder_set_param(builder.get(), layer, LUMEN_PARAM_A_LOG, a_log.data(),
-                                        kHeads),
-          "lumen_model_builder_set_param(A_log)");
-    Check(lumen_model_builder_set_param(builder.get(), layer, LUMEN_PARAM_DT_BIAS,
-                                        dt_bias.data(), bias_count),
-          "lumen_model_builder_set_param(dt_bias)");
-  }
-  return BuildModelAs("lumen bench", builder.get());
+Owned<lumen_model> BuildModel(const FamilySetup& family) {
+  return Owned<lumen_model>(BuildBenchModel("lumen bench", LinkedApi(), family));
 }
 
 Owned<lumen_engine> CreateEngine(const lumen_model* model, int32_t threads) {
   return CreateEngineAs("lumen bench", model, LUMEN_BACKEND_CPU, threads);
 }
-
-// ---------------------------------------------------------------------------------------
-// Inputs: one buffer per tensor for the most tokens any case needs, filled with values that
-// every family accepts (g in [-0.08, -0.005]: a log-decay and a raw gate alike; beta in
-// [0, 1]: a probability and a logit alike), plus a cache line of slack so that a view 16
-// bytes off the line still has valid values.
-
-class Buffer {
- public:
-  Buffer(int64_t count, int32_t dtype) : dtype_(dtype), count_(count) {
-    const int64_t bytes = (count * ElementBytes() + 128 + 63) / 64 * 64;
-    data_.reset(std::aligned_alloc(64, static_cast<size_t>(bytes)));
-    if (data_ == nullptr) Fail("out of memory for the benchmark's buffers");
-  }
-  int64_t ElementBytes() const { return dtype_ == LUMEN_DTYPE_FLOAT32 ? 4 : 2; }
-  // Fills every element (slack included) with lo + (hi - lo) * u, u uniform in [0, 1).
-  void Fill(float lo, float hi, uint64_t seed) {
-    const int64_t total = count_ + 128 / ElementBytes();
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (int64_t i = 0; i < total; ++i) {
-      x ^= x << 13;
-      x ^= x >> 7;
-      x ^= x << 17;
-      const float value = lo + (hi - lo) * static_cast<float>(x >> 40) * 0x1p-24f;
-      if (dtype_ == LUMEN_DTYPE_FLOAT32) {
-        static_cast<float*>(data_.get())[i] = value;
-      } else {
-        uint32_t bits;
-        std::memcpy(&bits, &value, 4);
-        static_cast<uint16_t*>(data_.get())[i] = static_cast<uint16_t>(bits >> 16);
-      }
-    }
-  }
-  // The buffer `misalign` bytes after its cache-line start, plus `first` elements.
-  char* View(int64_t misalign, int64_t first) const {
-    return static_cast<char*>(data_.get()) + misalign + first * ElementBytes();
-  }
-
- private:
-  int32_t dtype_;
-  int64_t count_;
-  Owned<void> data_;
-};
-
-struct InputBuffers {
-  int32_t dtype;
-  Buffer q, k, v, g_scalar, g_vector, beta, o;
-  explicit InputBuffers(int64_t tokens, int32_t input_dtype)
-      : dtype(input_dtype),
-        q(tokens * kHeads * kKeyDim, dtype),
-        k(tokens * kHeads * kKeyDim, dtype),
-        v(tokens * kHeads * kValueDim, dtype),
-        g_scalar(tokens * kHeads, dtype),
-        g_vector(tokens * kHeads * kKeyDim, dtype),
-        beta(tokens * kHeads, dtype),
-        o(tokens * kHeads * kValueDim, dtype) {
-    q.Fill(-1.0f, 1.0f, 1);
-    k.Fill(-1.0f, 1.0f, 2);
-    v.Fill(-1.0f, 1.0f, 3);
-    g_scalar.Fill(-0.08f, -0.005f, 4);
-    g_vector.Fill(-0.08f, -0.005f, 5);
-    beta.Fill(0.0f, 1.0f, 6);
-  }
-
-  // The inputs and output of `tokens` tokens starting at token `first`.
-  void Describe(const FamilySetup& family, int64_t first, int64_t tokens, int64_t misalign,
-                lumen_layer_inputs* in, lumen_layer_output* out) const {
-    const int64_t qk = int64_t{kHeads} * kKeyDim, vo = int64_t{kHeads} * kValueDim;
-    lumen_layer_inputs_init(in);
-    in->dtype = dtype;
-    in->q = q.View(misalign, first * qk);
-    in->q_count = tokens * qk;
-    in->k = k.View(misalign, first * qk);
-    in->k_count = tokens * qk;
-    in->v = v.View(misalign, first * vo);
-    in->v_count = tokens * vo;
-    if (family.scalar_gate) {
-      in->g = g_scalar.View(misalign, first * kHeads);
-      in->g_count = tokens * kHeads;
-    } else if (family.vector_gate) {
-      in->g = g_vector.View(misalign, first * qk);
-      in->g_count = tokens * qk;
-    }
-    if (family.delta) {
-      in->beta = beta.View(misalign, first * kHeads);
-      in->beta_count = tokens * kHeads;
-    }
-    lumen_layer_output_init(out);
-    out->dtype = dtype;
-    out->o = o.View(misalign, first * vo);
-    out->o_count = tokens * vo;
-  }
-};
 
 // ---------------------------------------------------------------------------------------
 // Timing lumen
@@ -350,11 +203,11 @@ Anchors MeasureAnchors(const Options& options) {
   for (int64_t threads : options.threads) {
     SpinTeam team(static_cast<int32_t>(threads));
     for (int64_t sessions : options.sessions) {
-      const int64_t bytes = sessions * kStateBytes;
+      const int64_t bytes = sessions * kBenchStateBytes;
       MemoryAnchors m;
       m.memcpy_time = TimeMemcpy(team, bytes, options.repeats, options.min_seconds);
       m.rmw = TimeReadModifyWrite(team, bytes, options.repeats, options.min_seconds);
-      m.two_pass = TimeReadThenReadModifyWrite(team, bytes, kStateBytes / kHeads,
+      m.two_pass = TimeReadThenReadModifyWrite(team, bytes, kBenchStateBytes / kBenchHeads,
                                                options.repeats, options.min_seconds);
       anchors.memory[{sessions, threads}] = m;
       std::printf("%-9lld %-8lld %8s (%3s) %8s (%3s) %11s (%3s)\n",
@@ -426,13 +279,13 @@ std::vector<lumen_session*> CreateSessions(lumen_engine* engine, int64_t n,
   return sessions;
 }
 
-void RunDecode(const Options& options, const Anchors& anchors, const InputBuffers& buffers) {
+void RunDecode(const Options& options, const Anchors& anchors, const BenchInputs& buffers) {
   std::printf("\n== Decode: lumen_engine_step_batch, one token for each of N sessions\n");
   std::printf("%-16s %4s %3s %-5s %18s %8s %8s %8s %8s\n", "family", "N", "thr", "align",
               "us/step (spread)", "/RMW", "/memcpy", "/2-pass", "2t gain");
-  for (const FamilySetup& family : kFamilies) {
+  for (const FamilySetup& family : kBenchFamilies) {
     if (!Selected(options, family.name)) continue;
-    Owned<lumen_model> model = BuildModel(family, false);
+    Owned<lumen_model> model = BuildModel(family);
     for (int64_t n : options.sessions) {
       for (int64_t misalign : options.misalign) {
         double one_thread = 0;
@@ -442,7 +295,7 @@ void RunDecode(const Options& options, const Anchors& anchors, const InputBuffer
           std::vector<lumen_session*> sessions = CreateSessions(engine.get(), n, &owned);
           lumen_layer_inputs in;
           lumen_layer_output out;
-          buffers.Describe(family, 0, n, misalign, &in, &out);
+          buffers.Describe(LinkedApi(), family, 0, n, misalign, &in, &out);
           const Timing t = TimeCalls(
               [&] {
                 Check(lumen_engine_step_batch(engine.get(), 0, sessions.data(),
@@ -469,18 +322,18 @@ void RunDecode(const Options& options, const Anchors& anchors, const InputBuffer
   }
 }
 
-void RunPrefill(const Options& options, const InputBuffers& buffers) {
+void RunPrefill(const Options& options, const BenchInputs& buffers) {
   std::printf(
       "\n== Prefill: lumen_session_prefill of T tokens into one session (GFLOP/s: nominal\n"
       "   chunkwise flops at C = %.0f; peak: the sgemm peak, best of its measures taken in\n"
       "   turn with the cell's repeats on the same threads; token loop: lumen_session_step\n"
       "   over %d tokens, scaled to T)\n",
-      kChunk, kTokenLoopTokens);
+      kBenchChunk, kTokenLoopTokens);
   std::printf("%-16s %6s %3s %-5s %18s %8s %6s %6s %12s %8s\n", "family", "T", "thr",
               "align", "ms (spread)", "GFLOP/s", "peak", "/peak", "token loop", "speedup");
-  for (const FamilySetup& family : kFamilies) {
+  for (const FamilySetup& family : kBenchFamilies) {
     if (!Selected(options, family.name)) continue;
-    Owned<lumen_model> model = BuildModel(family, false);
+    Owned<lumen_model> model = BuildModel(family);
     for (int64_t threads : options.threads) {
       Owned<lumen_engine> engine = CreateEngine(model.get(), static_cast<int32_t>(threads));
       lumen_session* raw = nullptr;
@@ -494,7 +347,7 @@ void RunPrefill(const Options& options, const InputBuffers& buffers) {
           for (int32_t t = 0; t < loop_tokens; ++t) {
             lumen_layer_inputs in;
             lumen_layer_output out;
-            buffers.Describe(family, t, 1, misalign, &in, &out);
+            buffers.Describe(LinkedApi(), family, t, 1, misalign, &in, &out);
             Check(lumen_session_step(session.get(), 0, &in, &out), "lumen_session_step");
           }
         };
@@ -502,7 +355,7 @@ void RunPrefill(const Options& options, const InputBuffers& buffers) {
         for (int64_t tokens : options.tokens) {
           lumen_layer_inputs in;
           lumen_layer_output out;
-          buffers.Describe(family, 0, tokens, misalign, &in, &out);
+          buffers.Describe(LinkedApi(), family, 0, tokens, misalign, &in, &out);
           // Long prefills take long enough that three repeats give the spread.
           const int32_t repeats = tokens >= 8192 ? std::min(options.repeats, 3) : options.repeats;
           const auto prefill = [&] {
@@ -547,13 +400,26 @@ void RunPrefill(const Options& options, const InputBuffers& buffers) {
 int RunCpuBench(int argc, char** argv) {
   const Options options = ParseOptions(argc, argv);
   for (const std::string& name : options.families) {
-    bool known = false;
-    for (const FamilySetup& family : kFamilies) known = known || name == family.name;
-    if (!known) Fail("unknown family '" + name + "'");
+    if (FindFamily(name) == nullptr) Fail("unknown family '" + name + "'");
+  }
+  if (!options.builds.empty()) {
+    BuildCompareOptions compare;
+    compare.builds = options.builds;
+    compare.families = options.families;
+    compare.threads = options.threads;
+    compare.sessions = options.sessions;
+    compare.tokens = options.tokens;
+    compare.rounds = options.quick ? 1 : options.rounds;
+    compare.min_seconds = options.min_seconds;
+    compare.bf16 = options.bf16;
+    compare.decode = options.decode;
+    compare.prefill = options.prefill;
+    compare.require_same_bits = options.same_bits;
+    return RunBuildCompare(compare);
   }
   std::printf("lumen %s CPU benchmark: HV = %d, K = V = %d, fp32 state (%.0f KiB per session), "
               "%s inputs and output\n",
-              lumen_version_string(), kHeads, kKeyDim, kStateBytes / 1024.0,
+              lumen_version_string(), kBenchHeads, kBenchKeyDim, kBenchStateBytes / 1024.0,
               options.bf16 ? "bf16" : "fp32");
   std::printf("kernels: %s\n", KernelSimdLevel().c_str());
   if (options.quick) std::printf("--quick: a smoke test; the numbers mean nothing\n");
@@ -567,7 +433,7 @@ int RunCpuBench(int argc, char** argv) {
     max_tokens = std::max({max_tokens, int64_t{kTokenLoopTokens},
                            *std::max_element(options.tokens.begin(), options.tokens.end())});
   }
-  const InputBuffers buffers(max_tokens,
+  const BenchInputs buffers(max_tokens,
                              options.bf16 ? LUMEN_DTYPE_BFLOAT16 : LUMEN_DTYPE_FLOAT32);
   MeasureCallOverhead(options);
   if (options.decode) RunDecode(options, anchors, buffers);
