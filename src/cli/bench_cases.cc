@@ -1,5 +1,6 @@
 #include "src/cli/bench_cases.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,11 @@ const FamilySetup kBenchFamilies[7] = {
     {"gated_delta_net", LUMEN_FAMILY_GATED_DELTA_NET, true, false, true, true},
     {"kda", LUMEN_FAMILY_KDA, false, true, true, true},
 };
+
+bool Selected(const std::vector<std::string>& families, const FamilySetup& family) {
+  return families.empty() ||
+         std::find(families.begin(), families.end(), family.name) != families.end();
+}
 
 const FamilySetup* FindFamily(const std::string& name) {
   for (const FamilySetup& family : kBenchFamilies) {

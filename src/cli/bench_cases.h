@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "src/cli/lumen_api.h"
 #include "src/cli/lumen_handles.h"
@@ -34,6 +35,9 @@ struct FamilySetup {
 
 // Every family, in the order the tables print them.
 extern const FamilySetup kBenchFamilies[7];
+
+// Whether a --families list names this family (an empty list: every family).
+bool Selected(const std::vector<std::string>& families, const FamilySetup& family);
 
 // The family called `name`, or nullptr.
 const FamilySetup* FindFamily(const std::string& name);

@@ -298,10 +298,7 @@ int RunBuildCompare(const BuildCompareOptions& options) {
   const BenchInputs inputs(max_tokens, options.bf16 ? LUMEN_DTYPE_BFLOAT16 : LUMEN_DTYPE_FLOAT32);
   std::vector<const FamilySetup*> families;
   for (const FamilySetup& family : kBenchFamilies) {
-    if (options.families.empty() || std::find(options.families.begin(), options.families.end(),
-                                              family.name) != options.families.end()) {
-      families.push_back(&family);
-    }
+    if (Selected(options.families, family)) families.push_back(&family);
   }
   bool same = true;
   if (options.decode) {

@@ -49,13 +49,6 @@ struct Options {
   bool same_bits = false;  // --same-bits: fail where a build's results differ from the first's
 };
 
-// Whether --families names this family (no --families: every family).
-bool Selected(const Options& options, const char* family) {
-  return options.families.empty() ||
-         std::find(options.families.begin(), options.families.end(), family) !=
-             options.families.end();
-}
-
 void PrintUsage(std::FILE* to) {
   std::fprintf(
       to,
@@ -284,7 +277,7 @@ void RunDecode(const Options& options, const Anchors& anchors, const BenchInputs
   std::printf("%-16s %4s %3s %-5s %18s %8s %8s %8s %8s\n", "family", "N", "thr", "align",
               "us/step (spread)", "/RMW", "/memcpy", "/2-pass", "2t gain");
   for (const FamilySetup& family : kBenchFamilies) {
-    if (!Selected(options, family.name)) continue;
+    if (!Selected(options.families, family)) continue;
     Owned<lumen_model> model = BuildModel(family);
     for (int64_t n : options.sessions) {
       for (int64_t misalign : options.misalign) {
@@ -332,7 +325,7 @@ void RunPrefill(const Options& options, const BenchInputs& buffers) {
   std::printf("%-16s %6s %3s %-5s %18s %8s %6s %6s %12s %8s\n", "family", "T", "thr",
               "align", "ms (spread)", "GFLOP/s", "peak", "/peak", "token loop", "speedup");
   for (const FamilySetup& family : kBenchFamilies) {
-    if (!Selected(options, family.name)) continue;
+    if (!Selected(options.families, family)) continue;
     Owned<lumen_model> model = BuildModel(family);
     for (int64_t threads : options.threads) {
       Owned<lumen_engine> engine = CreateEngine(model.get(), static_cast<int32_t>(threads));
