@@ -64,8 +64,9 @@ void PrintUsage(std::FILE* to) {
       "memcpy and an in-place read-modify-write pass (RMW) over the same bytes of state, a\n"
       "read pass then the RMW pass over each head's state (2-pass: the traffic of a delta\n"
       "rule that reads a head before it writes it; lumen's holds its write back instead),\n"
-      "the fp32 matrix-product peak of a register-blocked sgemm (again in turn with each\n"
-      "prefill cell's repeats, its ratios' anchor), and lumen_session_step token by token.\n"
+      "the fp32 matrix-product peak of a register-blocked sgemm, and lumen_session_step\n"
+      "token by token. Each decode and prefill cell times its anchors again in turn with\n"
+      "its repeats, and its ratios are of those bests.\n"
       "Times are the best of R repeats (default 5), with the spread worst/best - 1.\n"
       "Inputs and output are fp32; --bf16 gives them in bf16 (the state stays fp32).\n"
       "--quick runs a few small cases once (a smoke test; its numbers mean nothing).\n"
@@ -182,14 +183,11 @@ struct MemoryAnchors {
   Timing two_pass;  // a read pass, then the RMW pass, over each head's state
 };
 
-struct Anchors {
-  std::map<std::pair<int64_t, int64_t>, MemoryAnchors> memory;  // (sessions, threads)
-  std::map<int64_t, double> peak_gflops;                         // threads
+// Prints the anchors of every cell size up front: the decode and prefill cells time their
+// own again in turn with their repeats.
+void MeasureAnchors(const Options& options) {
+  std::map<int64_t, double> peak_gflops;  // by threads
   std::string sgemm_kernel;
-};
-
-Anchors MeasureAnchors(const Options& options) {
-  Anchors anchors;
   std::printf("\n== Anchors (best of %d; spread = worst / best - 1)\n", options.repeats);
   std::printf("%-9s %-8s %14s %14s %17s\n", "threads", "sessions", "memcpy us",
               "RMW pass us", "read+RMW/head us");
@@ -202,22 +200,20 @@ Anchors MeasureAnchors(const Options& options) {
       m.rmw = TimeReadModifyWrite(team, bytes, options.repeats, options.min_seconds);
       m.two_pass = TimeReadThenReadModifyWrite(team, bytes, kBenchStateBytes / kBenchHeads,
                                                options.repeats, options.min_seconds);
-      anchors.memory[{sessions, threads}] = m;
       std::printf("%-9lld %-8lld %8s (%3s) %8s (%3s) %11s (%3s)\n",
                   static_cast<long long>(threads), static_cast<long long>(sessions),
                   Us(m.memcpy_time.best_seconds).c_str(), Percent(m.memcpy_time.spread).c_str(),
                   Us(m.rmw.best_seconds).c_str(), Percent(m.rmw.spread).c_str(),
                   Us(m.two_pass.best_seconds).c_str(), Percent(m.two_pass.spread).c_str());
     }
-    anchors.peak_gflops[threads] =
-        MeasureSgemmPeak(team, options.repeats, options.min_seconds, &anchors.sgemm_kernel);
+    peak_gflops[threads] =
+        MeasureSgemmPeak(team, options.repeats, options.min_seconds, &sgemm_kernel);
   }
-  for (const auto& [threads, gflops] : anchors.peak_gflops) {
+  for (const auto& [threads, gflops] : peak_gflops) {
     std::printf("sgemm peak, %lld thread(s): %.1f GFLOP/s (%s micro-kernel, panels in cache)\n",
-                static_cast<long long>(threads), gflops, anchors.sgemm_kernel.c_str());
+                static_cast<long long>(threads), gflops, sgemm_kernel.c_str());
   }
   std::fflush(stdout);
-  return anchors;
 }
 
 // What a layer call costs beyond its work: a step of a tiny linear_attn layer (2 heads of
@@ -272,8 +268,23 @@ std::vector<lumen_session*> CreateSessions(lumen_engine* engine, int64_t n,
   return sessions;
 }
 
-void RunDecode(const Options& options, const Anchors& anchors, const BenchInputs& buffers) {
-  std::printf("\n== Decode: lumen_engine_step_batch, one token for each of N sessions\n");
+// The anchors of one decode cell, timed in turn with its step (see RunDecode).
+MemoryAnchors TimeMemoryAnchors(int64_t sessions, int64_t threads, double min_seconds) {
+  SpinTeam team(static_cast<int32_t>(threads));  // gone before lumen's threads run again
+  const int64_t bytes = sessions * kBenchStateBytes;
+  MemoryAnchors m;
+  m.memcpy_time = TimeMemcpy(team, bytes, 1, min_seconds);
+  m.rmw = TimeReadModifyWrite(team, bytes, 1, min_seconds);
+  m.two_pass =
+      TimeReadThenReadModifyWrite(team, bytes, kBenchStateBytes / kBenchHeads, 1, min_seconds);
+  return m;
+}
+
+void RunDecode(const Options& options, const BenchInputs& buffers) {
+  std::printf(
+      "\n== Decode: lumen_engine_step_batch, one token for each of N sessions (ratios: to the\n"
+      "   best of the anchors above for the same N and threads, taken in turn with the\n"
+      "   cell's repeats)\n");
   std::printf("%-16s %4s %3s %-5s %18s %8s %8s %8s %8s\n", "family", "N", "thr", "align",
               "us/step (spread)", "/RMW", "/memcpy", "/2-pass", "2t gain");
   for (const FamilySetup& family : kBenchFamilies) {
@@ -289,14 +300,29 @@ void RunDecode(const Options& options, const Anchors& anchors, const BenchInputs
           lumen_layer_inputs in;
           lumen_layer_output out;
           buffers.Describe(LinkedApi(), family, 0, n, misalign, &in, &out);
-          const Timing t = TimeCalls(
-              [&] {
-                Check(lumen_engine_step_batch(engine.get(), 0, sessions.data(),
-                                              static_cast<int32_t>(n), &in, &out),
-                      "lumen_engine_step_batch");
-              },
-              options.repeats, options.min_seconds);
-          const MemoryAnchors& m = anchors.memory.at({n, threads});
+          const auto step = [&] {
+            Check(lumen_engine_step_batch(engine.get(), 0, sessions.data(),
+                                          static_cast<int32_t>(n), &in, &out),
+                  "lumen_engine_step_batch");
+          };
+          // The host's speed drifts within a run (an anchor moved by 1.8x between runs), so
+          // each repeat times the anchors and the step in turn, as a prefill cell does its
+          // peak: the ratios of the bests compare them in the same phases of the host.
+          MemoryAnchors m;
+          m.memcpy_time.best_seconds = m.rmw.best_seconds = m.two_pass.best_seconds =
+              std::numeric_limits<double>::infinity();
+          std::vector<double> seconds;
+          step();  // warm-up
+          for (int32_t r = 0; r < options.repeats; ++r) {
+            const MemoryAnchors now = TimeMemoryAnchors(n, threads, options.min_seconds);
+            m.memcpy_time.best_seconds =
+                std::min(m.memcpy_time.best_seconds, now.memcpy_time.best_seconds);
+            m.rmw.best_seconds = std::min(m.rmw.best_seconds, now.rmw.best_seconds);
+            m.two_pass.best_seconds =
+                std::min(m.two_pass.best_seconds, now.two_pass.best_seconds);
+            seconds.push_back(SecondsPerCall(step, options.min_seconds));
+          }
+          const Timing t = BestAndSpread(seconds);
           if (threads == 1) one_thread = t.best_seconds;
           char gain[16] = "";
           if (threads != 1 && one_thread > 0) {
@@ -416,7 +442,7 @@ int RunCpuBench(int argc, char** argv) {
               options.bf16 ? "bf16" : "fp32");
   std::printf("kernels: %s\n", KernelSimdLevel().c_str());
   if (options.quick) std::printf("--quick: a smoke test; the numbers mean nothing\n");
-  const Anchors anchors = MeasureAnchors(options);
+  MeasureAnchors(options);
 
   int64_t max_tokens = 0;
   if (options.decode) {
@@ -429,7 +455,7 @@ int RunCpuBench(int argc, char** argv) {
   const BenchInputs buffers(max_tokens,
                              options.bf16 ? LUMEN_DTYPE_BFLOAT16 : LUMEN_DTYPE_FLOAT32);
   MeasureCallOverhead(options);
-  if (options.decode) RunDecode(options, anchors, buffers);
+  if (options.decode) RunDecode(options, buffers);
   if (options.prefill) RunPrefill(options, buffers);
   return 0;
 }
