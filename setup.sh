@@ -21,10 +21,18 @@ if [[ "${1:-}" == "--tests" ]]; then
   packages+=(hipcc libamdhip64-dev rocm-device-libs)
   tests=ON
 fi
+# Whether a package is installed for the machine's architecture (or for all), or for the one
+# its name gives (name:arch). dpkg -s is ambiguous once a package is installed for two
+# architectures, as the aarch64 build's libraries are.
+installed() {
+  local name="${1%%:*}" arch="${1#*:}"
+  [[ "$arch" == "$1" ]] && arch="$(dpkg --print-architecture)"
+  dpkg-query -W -f='${Architecture} ${Status}\n' "$name" 2>/dev/null |
+    grep -Eq "^($arch|all) install ok installed$"
+}
 missing=()
 for package in "${packages[@]}"; do
-  dpkg -s "$package" 2>/dev/null | grep -q '^Status: install ok installed' ||
-    missing+=("$package")
+  installed "$package" || missing+=("$package")
 done
 if ((${#missing[@]})); then
   sudo=""
