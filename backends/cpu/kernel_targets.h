@@ -28,18 +28,38 @@
 #define LUMEN_KERNEL_BASELINE
 #endif
 
+#include <cstdlib>
+#include <cstring>
+
 namespace lumen::cpu {
 
+// In increasing width, so that a cap compares with <.
 enum class KernelLevel { kBaseline, kAvx2, kAvx512 };
 
-// The widest level this build has and the CPU runs; computed once.
+// The level the environment variable LUMEN_CPU_MAX_LEVEL caps the kernels at ("avx2" or
+// "baseline"; unset or anything else: no cap). It lowers the level, never raises it, so that
+// the tests and `lumen bench` can run the narrower builds on a wider CPU, as oneDNN's
+// ONEDNN_MAX_CPU_ISA does. Only the kernels that CpuKernelLevel() picks follow it (the
+// register-tiled products, steps and chunks); LUMEN_CPU_KERNEL's clones follow the CPU.
+inline KernelLevel MaxKernelLevelFromEnvironment(const char* value) {
+  if (value != nullptr && std::strcmp(value, "baseline") == 0) return KernelLevel::kBaseline;
+  if (value != nullptr && std::strcmp(value, "avx2") == 0) return KernelLevel::kAvx2;
+  return KernelLevel::kAvx512;
+}
+
+// The widest level this build has, the CPU runs and LUMEN_CPU_MAX_LEVEL allows; computed once.
 inline KernelLevel CpuKernelLevel() {
 #if LUMEN_KERNEL_LEVELS
   static const KernelLevel level = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("x86-64-v4")) return KernelLevel::kAvx512;
-    if (__builtin_cpu_supports("x86-64-v3")) return KernelLevel::kAvx2;
-    return KernelLevel::kBaseline;
+    KernelLevel cpu = KernelLevel::kBaseline;
+    if (__builtin_cpu_supports("x86-64-v4")) {
+      cpu = KernelLevel::kAvx512;
+    } else if (__builtin_cpu_supports("x86-64-v3")) {
+      cpu = KernelLevel::kAvx2;
+    }
+    const KernelLevel cap = MaxKernelLevelFromEnvironment(std::getenv("LUMEN_CPU_MAX_LEVEL"));
+    return cap < cpu ? cap : cpu;
   }();
   return level;
 #else

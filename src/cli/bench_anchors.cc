@@ -153,11 +153,24 @@ struct MicroKernel {
   const char* name;
 };
 
+#ifdef LUMEN_BENCH_X86
+// The cap LUMEN_CPU_MAX_LEVEL puts on lumen's kernels (backends/cpu/kernel_targets.h): the
+// peak is measured at the level they run.
+bool LevelAllowed(const char* level) {
+  const char* cap = std::getenv("LUMEN_CPU_MAX_LEVEL");
+  if (cap == nullptr) return true;
+  if (std::strcmp(cap, "baseline") == 0) return false;
+  return std::strcmp(cap, "avx2") != 0 || std::strcmp(level, "avx512") != 0;
+}
+#endif
+
 MicroKernel PickMicroKernel() {
 #ifdef LUMEN_BENCH_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return {Kernel12x32, 12, 32, "12x32 AVX-512"};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+  if (__builtin_cpu_supports("avx512f") && LevelAllowed("avx512")) {
+    return {Kernel12x32, 12, 32, "12x32 AVX-512"};
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && LevelAllowed("avx2")) {
     return {Kernel6x16, 6, 16, "6x16 AVX2+FMA"};
   }
 #endif
@@ -305,9 +318,17 @@ double MeasureSgemmPeak(SpinTeam& team, int32_t repeats, double min_seconds,
 std::string KernelSimdLevel() {
 #if defined(LUMEN_BENCH_X86) && !defined(__clang__) && defined(__linux__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4 (AVX-512)";
-  if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3 (AVX2 + FMA)";
-  return "x86-64 baseline (SSE2)";
+  const std::string capped =
+      std::getenv("LUMEN_CPU_MAX_LEVEL") != nullptr
+          ? std::string(", capped by LUMEN_CPU_MAX_LEVEL=") + std::getenv("LUMEN_CPU_MAX_LEVEL")
+          : "";
+  if (__builtin_cpu_supports("x86-64-v4") && LevelAllowed("avx512")) {
+    return "x86-64-v4 (AVX-512)" + capped;
+  }
+  if (__builtin_cpu_supports("x86-64-v3") && LevelAllowed("avx2")) {
+    return "x86-64-v3 (AVX2 + FMA)" + capped;
+  }
+  return "x86-64 baseline (SSE2)" + capped;
 #elif defined(__aarch64__)
   return "aarch64 (NEON, compiler-vectorised)";
 #else

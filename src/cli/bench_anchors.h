@@ -96,7 +96,8 @@ double MeasureSgemmPeak(SpinTeam& team, int32_t repeats, double min_seconds,
                         std::string* kernel);
 
 // The widest SIMD level of the CPU that lumen's kernels have a build for ("x86-64-v4
-// (AVX-512)", "x86-64-v3 (AVX2 + FMA)", "baseline"): the one its load-time dispatch runs.
+// (AVX-512)", "x86-64-v3 (AVX2 + FMA)", "baseline"): the one its load-time dispatch runs,
+// under the cap LUMEN_CPU_MAX_LEVEL sets, which the sgemm peak follows too.
 std::string KernelSimdLevel();
 
 }  // namespace lumen::cli
