@@ -55,16 +55,17 @@ struct TileShape {
 
 // The tiles of one level: up to whole rows of 128 columns where the registers hold a tile's
 // sums (the additive rule's output sums and a row of v; the delta rule's two sums and the
-// held u), narrower tiles where they do not. A whole row walks the state in address order:
-// AVX-512's delta tile of 64 columns, half rows, made steps 15-33% slower than whole rows on
-// a Zen 5 core, in cache and out of it.
+// held u), narrower tiles where they do not. The wider the tile, the fewer strided walks
+// over a head: on a Zen 5 core, AVX-512's delta tile of 64 columns (half rows) made steps
+// 15-33% slower than whole rows, and AVX2's of 16 columns 1-14% slower than 32 (whose 12
+// sums leave too few of the 16 registers for 64).
 template <class AdditiveArg, class DeltaArg>
 struct LevelTiles {
   using Additive = AdditiveArg;
   using Delta = DeltaArg;
 };
 using Avx512Tiles = LevelTiles<TileShape<16, 8>, TileShape<16, 8>>;  // 32 registers of 16
-using Avx2Tiles = LevelTiles<TileShape<8, 4>, TileShape<8, 2>>;      // 16 of 8
+using Avx2Tiles = LevelTiles<TileShape<8, 4>, TileShape<8, 4>>;      // 16 of 8
 // SSE2: 16 registers of 4 floats; NEON: 32.
 using Vector128Tiles = LevelTiles<TileShape<4, 4>, TileShape<4, 2>>;
 
