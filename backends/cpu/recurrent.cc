@@ -57,8 +57,10 @@ struct TileShape {
 // sums (the additive rule's output sums and a row of v; the delta rule's two sums and the
 // held u), narrower tiles where they do not. The wider the tile, the fewer strided walks
 // over a head: on a Zen 5 core, AVX-512's delta tile of 64 columns (half rows) made steps
-// 15-33% slower than whole rows, and AVX2's of 16 columns 1-14% slower than 32 (whose 12
-// sums leave too few of the 16 registers for 64).
+// 15-33% slower than whole rows, AVX2's of 16 columns 1-14% slower than 32 (whose 12 sums
+// leave too few of the 16 registers for 64), and SSE2's of 8 columns 2-28% slower than 16.
+// NEON shares SSE2's tiles (its 32 registers hold them with room to spare; not measured on
+// an Arm core).
 template <class AdditiveArg, class DeltaArg>
 struct LevelTiles {
   using Additive = AdditiveArg;
@@ -67,7 +69,7 @@ struct LevelTiles {
 using Avx512Tiles = LevelTiles<TileShape<16, 8>, TileShape<16, 8>>;  // 32 registers of 16
 using Avx2Tiles = LevelTiles<TileShape<8, 4>, TileShape<8, 4>>;      // 16 of 8
 // SSE2: 16 registers of 4 floats; NEON: 32.
-using Vector128Tiles = LevelTiles<TileShape<4, 4>, TileShape<4, 2>>;
+using Vector128Tiles = LevelTiles<TileShape<4, 4>, TileShape<4, 4>>;
 
 // Rows whose per-token factors are kept on the stack at once. Heads with more rows (rare:
 // models use K <= 256) recompute a block's factors for each tile and pass.
