@@ -190,10 +190,16 @@ void ReserveHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int64_t 
   if (in.beta_logits) scratch->beta.resize(max_tokens);
 }
 
+namespace {
+
+// PrepareHeadInputs at the CPU's SIMD level. The clones stay inside the library: GCC exports
+// the dispatcher of an externally visible target_clones function whatever the visibility, and
+// another copy of lumen in the process (an older version, or a build compared with this one)
+// would then call this copy's, with its own idea of PreparedInputs.
 LUMEN_CPU_KERNEL
-void PrepareHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int32_t value_head,
-                       int64_t t0, int64_t count, HeadInputScratch* scratch,
-                       HeadSequence* seq) {
+void PrepareHeadInputsAtLevel(const LayerSpec& spec, const PreparedInputs& in,
+                              int32_t value_head, int64_t t0, int64_t count,
+                              HeadInputScratch* scratch, HeadSequence* seq) {
   const int64_t H = spec.num_heads, HV = spec.num_value_heads;
   const int64_t K = spec.key_dim, V = spec.value_dim;
   const int64_t qk_head = value_head / (HV / H);
@@ -261,6 +267,14 @@ void PrepareHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int32_t 
       seq->beta_stride = 1;
     }
   }
+}
+
+}  // namespace
+
+void PrepareHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int32_t value_head,
+                       int64_t t0, int64_t count, HeadInputScratch* scratch,
+                       HeadSequence* seq) {
+  PrepareHeadInputsAtLevel(spec, in, value_head, t0, count, scratch, seq);
 }
 
 void CommitConvWindows(const LayerSpec& spec, const LayerRun& run, const PreparedInputs& in) {
