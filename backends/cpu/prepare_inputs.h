@@ -15,20 +15,31 @@
 #include "backends/cpu/short_conv.h"
 #include "lumen/lumen.h"
 #include "src/backend.h"
+#include "src/dtype_convert.h"
 #include "src/layer_spec.h"
 #include "src/thread_pool.h"
 
 namespace lumen::cpu {
+
+// A 16-bit input that PrepareInputs checks but does not convert: each head converts its own
+// rows as it reads them (PrepareHeadInputs), so that a prefill never writes, and reads back,
+// a whole fp32 copy of it.
+struct HalfInput {
+  const uint16_t* data = nullptr;  // set: the input is left to the heads
+  DType dtype = DType::kBFloat16;
+};
 
 // A call's inputs once checked (and convolved), as the heads read them. What is per token
 // and head (l2norm, feature map and scale of q and k, raw gates, sigmoid(beta), Mamba-2's
 // dt scaling) is left to the thread that runs the head (PrepareHeadInputs), so that it runs
 // in parallel and on rows that thread's cache already holds; the flags say which.
 struct PreparedInputs {
+  // q, k, v and g are nullptr where their *_half holds them (16-bit, no convolution).
   const float* q = nullptr;     // [T, H, K]  conv(q)
   const float* k = nullptr;     // [T, H, K]  conv(k)
   const float* v = nullptr;     // [T, HV, V] conv(v); Mamba-2: conv(x)
   const float* g = nullptr;     // [T, HV] or [T, HV, K] gates; retention: [HV] log-decays
+  HalfInput q_half, k_half, v_half, g_half;  // g only per channel: [T, HV, K]
   int64_t g_token_stride = 0;   // 0 for retention's fixed per-head decay
   const float* beta = nullptr;  // [T, HV], or nullptr
   const float* skip_x = nullptr;  // [T, HV, V] Mamba-2's x for the D skip, or nullptr
