@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/kernel_targets.h"
 #include "backends/cpu/vector_math.h"
 
 namespace lumen::cpu {
@@ -33,6 +34,9 @@ char* WindowOf(const LayerSpec& spec, void* layer_state, int32_t part) {
 // Channels [c0, c1) of one session's n tokens x [n, C]. The inputs form one sequence
 // e = window ++ x, where window [C, W-1] holds e[0 .. W-2], and token i's output reads
 // e[i .. i+W-1]. Afterwards `window` holds these channels' new window, e[n .. n+W-2].
+// At the CPU's SIMD level: a prefill of a real model's layer spends as long here as in
+// its chunks, and the baseline build ran it at SSE2's width.
+LUMEN_CPU_KERNEL
 void ConvolveChannels(const LayerSpec& spec, const float* weights_by_tap, const float* bias,
                       int64_t C, int64_t c0, int64_t c1, const float* x, int64_t n, float* y,
                       float* window) {
