@@ -26,7 +26,15 @@ CpuBackend::CpuBackend(int32_t num_threads)
     : pool_(num_threads), scratch_(pool_.num_threads()) {}
 
 absl::Status CpuBackend::LoadModel(const Model& model) {
-  held_writes_.Plan(model);
+  try {
+    held_writes_.Plan(model);
+    conv_taps_.clear();
+    for (int32_t layer = 0; layer < model.num_layers(); ++layer) {
+      conv_taps_.push_back(MakeConvTaps(model.layer(layer)));
+    }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory loading the model");
+  }
   return absl::OkStatus();
 }
 
@@ -177,7 +185,7 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   // Everything that allocates happens here, before any state changes, so that running out
   // of memory leaves every session as it was.
   try {
-    absl::Status status = PrepareInputs(spec, run, pool_, &prepared_);
+    absl::Status status = PrepareInputs(spec, conv_taps_[run.layer], run, pool_, &prepared_);
     if (!status.ok()) return status;
     if (!direct_output) output_scratch_.resize(out_count);
     int64_t longest = 0;  // tokens of the longest sequence

@@ -52,6 +52,7 @@ class CpuBackend : public Backend {
 
   ThreadPool pool_;
   HeldWrites held_writes_;  // the delta rule's writes held beside each session's block
+  std::vector<ConvTaps> conv_taps_;  // per layer: its convolution weights, tap-major
   std::mutex run_mutex_;  // one layer call at a time owns the pool and the scratch
   std::vector<SlotScratch> scratch_;  // [pool_.num_threads()]
   PreparedInputs prepared_;

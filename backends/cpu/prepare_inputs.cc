@@ -104,8 +104,9 @@ float FeatureMapValue(FeatureMap map, float x) {
 // *values: the caller's buffer itself when it is fp32 and the layer has no convolution, else
 // `storage`; or, 16-bit without a convolution and with `half` given, left to the heads
 // (LoadChecked).
-absl::Status LoadPart(const LayerSpec& spec, const LayerRun& run, const Call& call,
-                      ThreadPool& pool, int32_t part, const char* tensor, const void* src,
+absl::Status LoadPart(const LayerSpec& spec, const ConvTaps& conv_taps, const LayerRun& run,
+                      const Call& call, ThreadPool& pool, int32_t part, const char* tensor,
+                      const void* src,
                       int64_t heads, int64_t per_head, std::vector<float>* storage,
                       PreparedInputs* out, const float** values, HalfInput* half) {
   const int64_t count = call.tokens() * heads * per_head;
@@ -119,7 +120,7 @@ absl::Status LoadPart(const LayerSpec& spec, const LayerRun& run, const Call& ca
     return status;
   }
   storage->resize(count);
-  ConvolvePart(spec, run, part, raw, storage->data(), &out->next_windows[part],
+  ConvolvePart(spec, conv_taps, run, part, raw, storage->data(), &out->next_windows[part],
                &out->conv_scratch, pool);
   *values = storage->data();
   return absl::OkStatus();
@@ -181,18 +182,18 @@ inline void TransformQueryOrKeyRows(const LayerSpec& spec, float scale, const fl
 
 }  // namespace
 
-absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPool& pool,
-                           PreparedInputs* out) {
+absl::Status PrepareInputs(const LayerSpec& spec, const ConvTaps& conv_taps, const LayerRun& run,
+                           ThreadPool& pool, PreparedInputs* out) {
   const lumen_layer_inputs& inputs = *run.inputs;
   const Call call{run.cu_seqlens, run.check_values};
   const int32_t dtype = inputs.dtype;
   const int64_t H = spec.num_heads, HV = spec.num_value_heads;
   out->q_half = out->k_half = out->v_half = out->g_half = HalfInput{};
-  absl::Status status = LoadPart(spec, run, call, pool, kConvQ, "q", inputs.q, H, spec.key_dim,
-                                 &out->q_storage, out, &out->q, &out->q_half);
+  absl::Status status = LoadPart(spec, conv_taps, run, call, pool, kConvQ, "q", inputs.q, H,
+                                 spec.key_dim, &out->q_storage, out, &out->q, &out->q_half);
   if (!status.ok()) return status;
-  status = LoadPart(spec, run, call, pool, kConvK, "k", inputs.k, H, spec.key_dim,
-                    &out->k_storage, out, &out->k, &out->k_half);
+  status = LoadPart(spec, conv_taps, run, call, pool, kConvK, "k", inputs.k, H,
+                    spec.key_dim, &out->k_storage, out, &out->k, &out->k_half);
   if (!status.ok()) return status;
   out->k_transform = spec.qk_l2norm || spec.feature_map != FeatureMap::kIdentity;
   out->q_transform = out->k_transform || spec.scale != 1.0f;
@@ -222,8 +223,8 @@ absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPoo
   // unscaled x, so v is converted whole there.
   out->v_times_dt = spec.family == Family::kSsd && spec.gate_raw;
   const bool skip = out->v_times_dt && !spec.d_skip.empty();
-  status = LoadPart(spec, run, call, pool, kConvV, "v", inputs.v, HV, spec.value_dim,
-                    &out->v_storage, out, &out->v, skip ? nullptr : &out->v_half);
+  status = LoadPart(spec, conv_taps, run, call, pool, kConvV, "v", inputs.v, HV,
+                    spec.value_dim, &out->v_storage, out, &out->v, skip ? nullptr : &out->v_half);
   if (!status.ok()) return status;
   out->skip_x = skip ? out->v : nullptr;
 

@@ -86,9 +86,9 @@ void PrepareHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int32_t 
 // on and a raw input holds a value outside its domain: non-finite anywhere, a log-gate g > 0
 // (unless gate_raw), beta outside [0, 1] (unless beta_sigmoid). Reads the sessions' conv
 // windows but changes no state; allocates (callers catch bad_alloc). Large convolutions run
-// on `pool`.
-absl::Status PrepareInputs(const LayerSpec& spec, const LayerRun& run, ThreadPool& pool,
-                           PreparedInputs* out);
+// on `pool`; conv_taps: MakeConvTaps(spec).
+absl::Status PrepareInputs(const LayerSpec& spec, const ConvTaps& conv_taps, const LayerRun& run,
+                           ThreadPool& pool, PreparedInputs* out);
 
 // Stores the conv windows PrepareInputs computed into the sessions' states (nothing without a
 // convolution). Call once the layer call can no longer fail.

@@ -13,20 +13,30 @@
 
 namespace lumen::cpu {
 
+// A layer's convolution weights tap-major, [W, C] per part (its [C, W] transposed), as
+// ConvolvePart reads them: made once per model, not per call.
+struct ConvTaps {
+  std::vector<float> weights[kNumConvParts];
+};
+
+// The tap-major weights of `spec` (empty parts where it has no convolution). Allocates.
+ConvTaps MakeConvTaps(const LayerSpec& spec);
+
 // Scratch of one convolution call, reused across calls.
 struct ConvScratch {
-  std::vector<float> weights_by_tap;  // [W, C]: the layer's [C, W] weights transposed
+  std::vector<float> past;  // per thread: a block of channels' window, tap-major
 };
 
 // Convolves part `part` of every session of `run`, on `pool` when the call is large enough to
-// gain from it. x: [T, C] the call's raw fp32 inputs of that part, sessions back to back as
-// run.cu_seqlens says; y: [T, C] the activated outputs. next_windows: [num_sessions, C, W-1]
-// each session's window after its tokens (fp32, the session's layout), to be stored with
-// StoreConvWindows once the call cannot fail. Reads the sessions' windows, writes no state;
-// allocates before any parallel work (callers catch bad_alloc).
-void ConvolvePart(const LayerSpec& spec, const LayerRun& run, int32_t part, const float* x,
-                  float* y, std::vector<float>* next_windows, ConvScratch* scratch,
-                  ThreadPool& pool);
+// gain from it. taps: MakeConvTaps(spec). x: [T, C] the call's raw fp32 inputs of that part,
+// sessions back to back as run.cu_seqlens says; y: [T, C] the activated outputs.
+// next_windows: [num_sessions, C, W-1] each session's window after its tokens (fp32, the
+// session's layout), to be stored with StoreConvWindows once the call cannot fail. Reads the
+// sessions' windows, writes no state; allocates before any parallel work (callers catch
+// bad_alloc).
+void ConvolvePart(const LayerSpec& spec, const ConvTaps& taps, const LayerRun& run,
+                  int32_t part, const float* x, float* y, std::vector<float>* next_windows,
+                  ConvScratch* scratch, ThreadPool& pool);
 
 // Writes next_windows (as made by ConvolvePart) into every session's state, rounded to the
 // layer's stored dtype. Never fails.
