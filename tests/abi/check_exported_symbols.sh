@@ -9,7 +9,8 @@ set -euo pipefail
 library=$1
 defined=$(nm -D --defined-only "$library" | awk '{print $3}')
 internal=$(grep -E '^_Z.*5lumen' <<<"$defined" || true)
-foreign=$(grep -vE '^(lumen_|_Z)' <<<"$defined" | grep -vE '^(_init|_fini|_edata|_end|__bss_start)$' || true)
+foreign=$(grep -vE '^(lumen_|_Z)' <<<"$defined" |
+          grep -vE '^(_init|_fini|_edata|_end|__bss_start)$' || true)
 status=0
 if [[ -n "$internal" ]]; then
   echo "FAIL: $library exports lumen's C++ internals:"
