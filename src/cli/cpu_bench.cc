@@ -183,23 +183,33 @@ struct MemoryAnchors {
   Timing two_pass;  // a read pass, then the RMW pass, over each head's state
 };
 
-// Prints the anchors of every cell size up front: the decode and prefill cells time their
-// own again in turn with their repeats.
+// memcpy, the RMW pass and the two-pass anchor over `sessions` states on the team's threads.
+MemoryAnchors TimeMemoryAnchors(SpinTeam& team, int64_t sessions, int32_t repeats,
+                                double min_seconds) {
+  const int64_t bytes = sessions * kBenchStateBytes;
+  MemoryAnchors m;
+  m.memcpy_time = TimeMemcpy(team, bytes, repeats, min_seconds);
+  m.rmw = TimeReadModifyWrite(team, bytes, repeats, min_seconds);
+  m.two_pass = TimeReadThenReadModifyWrite(team, bytes, kBenchStateBytes / kBenchHeads,
+                                           repeats, min_seconds);
+  return m;
+}
+
+// Prints the anchors of every cell size up front (the memory ones where decode runs): the
+// decode and prefill cells time their own again in turn with their repeats.
 void MeasureAnchors(const Options& options) {
   std::map<int64_t, double> peak_gflops;  // by threads
   std::string sgemm_kernel;
   std::printf("\n== Anchors (best of %d; spread = worst / best - 1)\n", options.repeats);
-  std::printf("%-9s %-8s %14s %14s %17s\n", "threads", "sessions", "memcpy us",
-              "RMW pass us", "read+RMW/head us");
+  if (options.decode) {
+    std::printf("%-9s %-8s %14s %14s %17s\n", "threads", "sessions", "memcpy us",
+                "RMW pass us", "read+RMW/head us");
+  }
   for (int64_t threads : options.threads) {
     SpinTeam team(static_cast<int32_t>(threads));
-    for (int64_t sessions : options.sessions) {
-      const int64_t bytes = sessions * kBenchStateBytes;
-      MemoryAnchors m;
-      m.memcpy_time = TimeMemcpy(team, bytes, options.repeats, options.min_seconds);
-      m.rmw = TimeReadModifyWrite(team, bytes, options.repeats, options.min_seconds);
-      m.two_pass = TimeReadThenReadModifyWrite(team, bytes, kBenchStateBytes / kBenchHeads,
-                                               options.repeats, options.min_seconds);
+    for (int64_t sessions : options.decode ? options.sessions : std::vector<int64_t>{}) {
+      const MemoryAnchors m =
+          TimeMemoryAnchors(team, sessions, options.repeats, options.min_seconds);
       std::printf("%-9lld %-8lld %8s (%3s) %8s (%3s) %11s (%3s)\n",
                   static_cast<long long>(threads), static_cast<long long>(sessions),
                   Us(m.memcpy_time.best_seconds).c_str(), Percent(m.memcpy_time.spread).c_str(),
@@ -268,23 +278,11 @@ std::vector<lumen_session*> CreateSessions(lumen_engine* engine, int64_t n,
   return sessions;
 }
 
-// The anchors of one decode cell, timed in turn with its step (see RunDecode).
-MemoryAnchors TimeMemoryAnchors(int64_t sessions, int64_t threads, double min_seconds) {
-  SpinTeam team(static_cast<int32_t>(threads));  // gone before lumen's threads run again
-  const int64_t bytes = sessions * kBenchStateBytes;
-  MemoryAnchors m;
-  m.memcpy_time = TimeMemcpy(team, bytes, 1, min_seconds);
-  m.rmw = TimeReadModifyWrite(team, bytes, 1, min_seconds);
-  m.two_pass =
-      TimeReadThenReadModifyWrite(team, bytes, kBenchStateBytes / kBenchHeads, 1, min_seconds);
-  return m;
-}
-
 void RunDecode(const Options& options, const BenchInputs& buffers) {
   std::printf(
       "\n== Decode: lumen_engine_step_batch, one token for each of N sessions (ratios: to the\n"
-      "   best of the anchors above for the same N and threads, taken in turn with the\n"
-      "   cell's repeats)\n");
+      "   anchors of the table above for the same N and threads, timed again in turn with\n"
+      "   the cell's repeats, best of those)\n");
   std::printf("%-16s %4s %3s %-5s %18s %8s %8s %8s %8s\n", "family", "N", "thr", "align",
               "us/step (spread)", "/RMW", "/memcpy", "/2-pass", "2t gain");
   for (const FamilySetup& family : kBenchFamilies) {
@@ -314,7 +312,11 @@ void RunDecode(const Options& options, const BenchInputs& buffers) {
           std::vector<double> seconds;
           step();  // warm-up
           for (int32_t r = 0; r < options.repeats; ++r) {
-            const MemoryAnchors now = TimeMemoryAnchors(n, threads, options.min_seconds);
+            MemoryAnchors now;
+            {
+              SpinTeam team(static_cast<int32_t>(threads));  // gone before lumen's threads run
+              now = TimeMemoryAnchors(team, n, 1, options.min_seconds);
+            }
             m.memcpy_time.best_seconds =
                 std::min(m.memcpy_time.best_seconds, now.memcpy_time.best_seconds);
             m.rmw.best_seconds = std::min(m.rmw.best_seconds, now.rmw.best_seconds);
