@@ -106,9 +106,9 @@ float FeatureMapValue(FeatureMap map, float x) {
 // (LoadChecked).
 absl::Status LoadPart(const LayerSpec& spec, const ConvTaps& conv_taps, const LayerRun& run,
                       const Call& call, ThreadPool& pool, int32_t part, const char* tensor,
-                      const void* src,
-                      int64_t heads, int64_t per_head, std::vector<float>* storage,
-                      PreparedInputs* out, const float** values, HalfInput* half) {
+                      const void* src, int64_t heads, int64_t per_head,
+                      std::vector<float>* storage, PreparedInputs* out, const float** values,
+                      HalfInput* half) {
   const int64_t count = call.tokens() * heads * per_head;
   const bool conv = spec.conv_size > 0;
   const float* raw = nullptr;

@@ -154,23 +154,29 @@ struct MicroKernel {
 };
 
 #ifdef LUMEN_BENCH_X86
-// The cap LUMEN_CPU_MAX_LEVEL puts on lumen's kernels (backends/cpu/kernel_targets.h): the
-// peak is measured at the level they run.
-bool LevelAllowed(const char* level) {
+// The SIMD levels of lumen's CPU kernels, in increasing width.
+enum class Level { kBaseline, kAvx2, kAvx512 };
+
+// The cap LUMEN_CPU_MAX_LEVEL puts on lumen's kernels, parsed as the library does
+// (backends/cpu/kernel_targets.h, which this program, a user of lumen.h, does not include):
+// the peak is measured at the level they run.
+bool LevelAllowed(Level level) {
   const char* cap = std::getenv("LUMEN_CPU_MAX_LEVEL");
-  if (cap == nullptr) return true;
-  if (std::strcmp(cap, "baseline") == 0) return false;
-  return std::strcmp(cap, "avx2") != 0 || std::strcmp(level, "avx512") != 0;
+  Level max = Level::kAvx512;
+  if (cap != nullptr && std::strcmp(cap, "baseline") == 0) max = Level::kBaseline;
+  if (cap != nullptr && std::strcmp(cap, "avx2") == 0) max = Level::kAvx2;
+  return level <= max;
 }
 #endif
 
 MicroKernel PickMicroKernel() {
 #ifdef LUMEN_BENCH_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && LevelAllowed("avx512")) {
+  if (__builtin_cpu_supports("avx512f") && LevelAllowed(Level::kAvx512)) {
     return {Kernel12x32, 12, 32, "12x32 AVX-512"};
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && LevelAllowed("avx2")) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      LevelAllowed(Level::kAvx2)) {
     return {Kernel6x16, 6, 16, "6x16 AVX2+FMA"};
   }
 #endif
@@ -322,10 +328,10 @@ std::string KernelSimdLevel() {
       std::getenv("LUMEN_CPU_MAX_LEVEL") != nullptr
           ? std::string(", capped by LUMEN_CPU_MAX_LEVEL=") + std::getenv("LUMEN_CPU_MAX_LEVEL")
           : "";
-  if (__builtin_cpu_supports("x86-64-v4") && LevelAllowed("avx512")) {
+  if (__builtin_cpu_supports("x86-64-v4") && LevelAllowed(Level::kAvx512)) {
     return "x86-64-v4 (AVX-512)" + capped;
   }
-  if (__builtin_cpu_supports("x86-64-v3") && LevelAllowed("avx2")) {
+  if (__builtin_cpu_supports("x86-64-v3") && LevelAllowed(Level::kAvx2)) {
     return "x86-64-v3 (AVX2 + FMA)" + capped;
   }
   return "x86-64 baseline (SSE2)" + capped;
