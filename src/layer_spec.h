@@ -60,7 +60,7 @@ struct LayerSpec {
   DType state_dtype = DType::kFloat32;
   std::vector<float> a_log;     // [HV] with gate_raw
   std::vector<float> dt_bias;   // [HV] (gated_delta_net, ssd) or [HV * K] (kda) with gate_raw
-  std::vector<float> decay;     // [HV] retention gammas; filled with SPEC's default
+  std::vector<float> decay;     // [HV] retention gammas; default: docs/spec.md §2
   int32_t conv_size = 0;        // W; 0: no convolution
   ConvActivation conv_activation = ConvActivation::kSilu;
   std::vector<float> conv_weight[kNumConvParts];  // [C, W] per part, needed with conv_size

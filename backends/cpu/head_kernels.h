@@ -43,7 +43,7 @@ struct ChunkWorkspace {
 
 // Largest number of tokens in one chunk of the chunkwise form. 32 measured faster than 64 (by
 // 8-69% on one thread) and 128 for every family but kda, which was level, and about level
-// with 16 (README, "On the CPU"): a chunk's q, k and v rows (16 KiB each at K = V = 128) stay
+// with 16 (docs/performance.md, "CPU"): a chunk's q, k and v rows (16 KiB each at K = V = 128) stay
 // in L1 beside a strip of the state, and the C x C products do half the flops of 64's.
 inline constexpr int32_t kChunkSize = 32;
 
@@ -81,11 +81,11 @@ struct ChunkState {
   bool in_panels = false;   // in the chunk layout now
 };
 
-// Runs the tokens in chunks of kChunkSize (the last one shorter) with chunk-local C x C
-// products and, for the delta rule, the UT (WY) triangular solve. Agrees with RunRecurrent to
-// SPEC's bounds for any decays (see chunkwise.cc); any split of a sequence across calls gives
-// the same result to those bounds. tokens_after: how many of the sequence's tokens later calls
-// of this prefill run (ChunkState).
+// Runs the tokens in chunks of kChunkSize (the last one shorter) with chunk-local C x C products
+// and, for the delta rule, the UT (WY) triangular solve. Agrees with RunRecurrent to the bounds
+// (docs/spec.md §4) for any decays (see chunkwise.cc); any split of a sequence across calls gives
+// the same result to those bounds. tokens_after: how many of the sequence's tokens later calls of
+// this prefill run (ChunkState).
 void RunChunkwise(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
                   ChunkState* state, float* normalizer, ChunkWorkspace* workspace);
 

@@ -1,10 +1,9 @@
 #pragma once
-// Turns a call's raw inputs into what the head kernels read: fp32, with the layer's
-// in-layer options applied in SPEC's order (short convolution, then qk_l2norm, feature map,
-// scale, sigmoid(beta), raw gates, Mamba-2's dt scaling), after checking every raw value
-// against its domain (src/input_domain.h). The checks, conversions and convolutions run for
-// the whole call first (PrepareInputs); the per-head options then run in each head's task
-// (PrepareHeadInputs).
+// Turns a call's raw inputs into what the head kernels read: fp32, with the layer's in-layer
+// options applied in order (docs/spec.md §6: short convolution, then qk_l2norm, feature map, scale,
+// sigmoid(beta), raw gates, Mamba-2's dt scaling), after checking every raw value against its
+// domain (src/input_domain.h). The checks, conversions and convolutions run for the whole call
+// first (PrepareInputs); the per-head options then run in each head's task (PrepareHeadInputs).
 
 #include <cmath>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The recurrent form: one token at a time, straight from SPEC §2.
+// The recurrent form: one token at a time, straight from docs/spec.md §2.
 //
 // A step is bound by the state's bytes, so every rule makes one read-modify-write pass over
 // S, its sums in registers. The additive rules take whole rows in order, like a plain

@@ -1,6 +1,6 @@
 #pragma once
 // The short causal convolution a layer may run over its raw q, k and v before everything else
-// (SPEC section 6): depthwise, width W, optional bias, SiLU or no activation, with a window of
+// (docs/spec.md §6): depthwise, width W, optional bias, SiLU or no activation, with a window of
 // the last W-1 inputs per channel that each session carries across calls.
 
 #include <cstdint>

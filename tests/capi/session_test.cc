@@ -108,7 +108,7 @@ std::vector<Config> Configs() {
          l->beta_sigmoid = true;
          l->gate_raw = true;
        }},
-      // SPEC section 6. The delta family L2-normalises q and k after the convolution, as the
+      // docs/spec.md §6. The delta family L2-normalises q and k after the convolution, as the
       // models do (the delta rule needs unit keys).
       {"gated_delta_net conv4 as in Qwen3-Next",
        [](RefLayer* l) {
@@ -820,7 +820,7 @@ TEST_CASE("bf16 state storage stays within 5e-3 of the reference that stores ali
   RunReference(f.layer, T, ToRefInputs(data, LUMEN_DTYPE_FLOAT32), &ref, &ref_o);
 
   // The step path stores the state as bf16 after every token, so its reference is the
-  // float64 recurrence with the state rounded to bf16 after every token (as SPEC compares
+  // float64 recurrence with the state rounded to bf16 after every token (as docs/spec.md §4
   // 16-bit inputs against a reference from the same rounded inputs). Without decay that
   // rounding alone drifts past 5e-3 from the unrounded recurrence within ~20 tokens; its
   // distance from `ref` is printed with any failure. A prefill call rounds once, at its end.

@@ -1,5 +1,5 @@
 // Every case of the conformance vectors (tests/data/vectors, a copy of ../shared/vectors, and
-// tests/data/vectors-layers for SPEC section 6: convolutions, Mamba-2) through lumen's C API
+// tests/data/vectors-layers for docs/spec.md §6: convolutions, Mamba-2) through lumen's C API
 // (step path, one prefill, split prefills, batched steps, variable-length prefill, bf16/fp16
 // inputs), and the float64 reference against the same cases.
 //
@@ -198,7 +198,7 @@ VectorCase LoadCase(const std::string& dir, const nlohmann::json& c) {
   vc.has_final_normalizer = arrays.count("final_normalizer") != 0;
   vc.final_normalizer = take("final_normalizer", L.NormalizerCount(), false);
   if (L.HasNormalizer() && !vc.has_final_normalizer) {
-    // Allowed by SPEC ("[final_normalizer]"), but then z goes unchecked; say so.
+    // Allowed by docs/spec.md §5 ("[final_normalizer]"), but then z goes unchecked; say so.
     WARN("case " << vc.name << " normalizes but has no final_normalizer");
   }
   if (!arrays.empty()) {
@@ -367,7 +367,7 @@ TEST_CASE("conformance vectors are present and readable", "[conformance]") {
     INFO("family " << f);
     CHECK(per_family[f] > 0);
   }
-  // SPEC section 6: convolutions with and without activation and bias, and Mamba-2's skip.
+  // docs/spec.md §6: convolutions with and without activation and bias, and Mamba-2's skip.
   int conv = 0, conv_bias = 0, conv_none = 0, mamba2 = 0;
   for (const VectorCase& c : m.cases) {
     conv += c.layer.conv_size > 0;
@@ -392,7 +392,7 @@ TEST_CASE("float64 reference reproduces the conformance vectors", "[conformance]
   std::vector<double> o;
   RunReference(vc.layer, vc.num_tokens, ToRefInputs(vc.tokens, LUMEN_DTYPE_FLOAT32), &state,
                &o);
-  // Two float64 implementations of the same recurrence: far tighter than SPEC's bounds.
+  // Two float64 implementations of the same recurrence: far tighter than docs/spec.md §4.
   constexpr double kBound = 1e-10;
   auto rel = [](const std::vector<double>& a, const std::vector<double>& b) {
     REQUIRE(a.size() == b.size());

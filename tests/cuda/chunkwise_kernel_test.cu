@@ -15,7 +15,7 @@
 // chunk, strong decays, many sequences (several rounds), T = 65536 at HV = 32, K = V = 128,
 // and the benchmark shape itself; the reservation's largest scratch against every sequence
 // count. States start non-zero; outputs are poisoned with NaN.
-// Pass: relative RMS <= 1e-4 against float64 (or max-abs <= 1e-6), no NaN (SPEC section 4).
+// Pass: relative RMS <= 1e-4 against float64 (or max-abs <= 1e-6), no NaN (docs/spec.md §4).
 // Exit status 0 only if every check passes.
 
 #include <cuda_runtime.h>
@@ -148,7 +148,7 @@ Inputs MakeInputs(const Problem& p, std::mt19937_64& rng) {
   return in;
 }
 
-// The SPEC's recurrence, token by token, in float64; heads on all host threads.
+// The recurrence of docs/spec.md §2, token by token, in float64; heads on all host threads.
 Results Reference(const Problem& p, const Inputs& in) {
   const int64_t h = p.heads, hv = p.value_heads, kd = p.key_dim, vd = p.value_dim;
   const int64_t n = p.lengths.size();

@@ -313,7 +313,7 @@ void CompareBatchedSteps(const RefLayer& layer, int32_t n, int32_t steps, int32_
   REQUIRE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int64_t o_count = n * layer.VPerToken();
   // A bf16 state is rounded after every token; the two backends may round a value that lies
-  // within an ulp of a tie differently, so they are held to SPEC's bf16 bound.
+  // within an ulp of a tie differently, so they are held to the bf16 bound of docs/spec.md §4.
   const double bound = layer.state_dtype == LUMEN_DTYPE_BFLOAT16 ? kHalfBound : kStepBound;
   for (int32_t step = 0; step < steps; ++step) {
     const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, n, rng), in_dtype);

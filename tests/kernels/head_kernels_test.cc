@@ -16,7 +16,7 @@
 namespace lumen::cpu {
 namespace {
 
-constexpr double kRecurrentBound = 1e-5;  // SPEC §4, fp32 inputs
+constexpr double kRecurrentBound = 1e-5;  // docs/spec.md §4, fp32 inputs
 constexpr double kChunkwiseBound = 1e-4;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
@@ -155,7 +155,7 @@ struct ReferenceResult {
   std::vector<double> normalizer;  // [K]
 };
 
-// SPEC §2 in float64, one token at a time.
+// docs/spec.md §2 in float64, one token at a time.
 ReferenceResult Reference(const Problem& p) {
   const int32_t key_dim = p.key_dim, value_dim = p.value_dim;
   const int32_t width = GateWidth(p.rule.gate, key_dim);
@@ -295,7 +295,7 @@ double MaxAbs(const std::vector<float>& out, const std::vector<double>& ref) {
   return worst;
 }
 
-// SPEC §4: pass on relative RMS, or on max-abs <= 1e-6; NaN never passes.
+// docs/spec.md §4: pass on relative RMS, or on max-abs <= 1e-6; NaN never passes.
 bool Passes(const std::vector<float>& out, const std::vector<double>& ref, double bound) {
   return RelativeRms(out, ref) <= bound || MaxAbs(out, ref) <= 1e-6;
 }

@@ -81,7 +81,7 @@ RefState ZeroState(const RefLayer& layer) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The recurrence (SPEC section 2), one token and one value head at a time, in double.
+// The recurrence (docs/spec.md §2), one token and one value head at a time, in double.
 // ---------------------------------------------------------------------------------------------
 
 namespace {
@@ -104,7 +104,7 @@ void L2Normalize(std::vector<double>* x) {
   for (double& e : *x) e *= inv;
 }
 
-// SPEC section 6 for one token of one part: y[c] = act(b[c] + sum_j w[c, j] x_{t-W+1+j}[c]),
+// docs/spec.md §6 for one token of one part: y[c] = act(b[c] + sum_j w[c, j] x_{t-W+1+j}[c]),
 // the window holding x_{t-W+1} .. x_{t-1}; then the window moves on by x_t.
 void Convolve(const RefLayer& layer, int part, const double* x, std::vector<double>* window,
               double* y) {

@@ -1,7 +1,7 @@
 #pragma once
-// A float64 reference of one lumen layer, written straight from SPEC.md's recurrence table,
-// plus the small helpers the tests share: SPEC's error metric, bf16/fp16 rounding, and the
-// glue that runs the same data through lumen's public C API.
+// A float64 reference of one lumen layer, written straight from the recurrences of docs/spec.md §2,
+// plus the small helpers the tests share: the error metric (docs/spec.md §4), bf16/fp16 rounding,
+// and the glue that runs the same data through lumen's public C API.
 //
 // The reference knows nothing of lumen's implementation: it uses lumen.h only for the
 // vocabulary (family, feature map and dtype values, the options struct it is compared with).
@@ -73,7 +73,7 @@ struct RefState {
 RefState ZeroState(const RefLayer& layer);
 
 // The inputs of T tokens as float64 values (exactly the numbers lumen sees, i.e. already
-// rounded to bf16/fp16 where the test feeds those). Shapes per SPEC: q, k [T, H, K],
+// rounded to bf16/fp16 where the test feeds those). Shapes per docs/spec.md §1: q, k [T, H, K],
 // v [T, HV, V], g [T, HV] or [T, HV, K] (raw when gate_raw), beta [T, HV] (logits when
 // beta_sigmoid). g and beta are empty for families without them.
 struct RefInputs {
@@ -85,7 +85,7 @@ void RunReference(const RefLayer& layer, int64_t num_tokens, const RefInputs& in
                   RefState* state, std::vector<double>* o);
 
 // ---------------------------------------------------------------------------------------------
-// SPEC's error metric
+// the error metric of docs/spec.md §4
 // ---------------------------------------------------------------------------------------------
 
 struct ErrorReport {
@@ -93,7 +93,7 @@ struct ErrorReport {
   double max_abs = 0.0;
   int64_t non_finite = 0;  // NaN or Inf in out
   int64_t count = 0;
-  // Passes SPEC's bound: no NaN/Inf, and rel_rms <= bound or max_abs <= 1e-6.
+  // Passes the bound of docs/spec.md §4: no NaN/Inf, and rel_rms <= bound or max_abs <= 1e-6.
   bool Passes(double bound) const;
   std::string Describe() const;
 };

@@ -8,7 +8,7 @@
 
 namespace lumen::cuda {
 
-// How a head's state decays before each token's write (SPEC section 2).
+// How a head's state decays before each token's write (docs/spec.md §2).
 enum class Decay : int32_t {
   kNone = 0,        // linear_attn, delta_net
   kScalar = 1,      // retention, ssd, gated_delta_net: one log-decay per token and head

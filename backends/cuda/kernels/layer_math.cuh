@@ -1,6 +1,6 @@
 #pragma once
 // What every CUDA kernel of a layer shares: the layer's options as kernels read them, the raw
-// inputs of a call, and the per-element math of SPEC section 2 (dtype conversion, qk_l2norm,
+// inputs of a call, and the per-element math of docs/spec.md §2 (dtype conversion, qk_l2norm,
 // feature maps, the raw gate, sigmoid(beta)). Same formulas, same order as the CPU backend's
 // prepare_inputs.cc, all in fp32.
 

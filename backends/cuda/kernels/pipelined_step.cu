@@ -7,7 +7,7 @@
 // before drain. What depends on the head alone (prepared q, k and decays, their L2 norms,
 // q . k, beta) is computed once per head, not once per tile.
 //
-// Per tile the arithmetic is RecurrentStepKernel's, in the same order (SPEC section 2): each
+// Per tile the arithmetic is RecurrentStepKernel's, in the same order (docs/spec.md §2): each
 // thread owns kVec columns of 16 rows of the tile and reads only the shared memory it copied.
 
 #include "backends/cuda/kernels/pipelined_step.cuh"

@@ -1,6 +1,6 @@
 #pragma once
 // Input preparation for the chunkwise prefill: the raw inputs of a call become the fp32
-// arrays ChunkwiseArgs reads, with the layer's options applied (SPEC section 2; the same math
+// arrays ChunkwiseArgs reads, with the layer's options applied (docs/spec.md §2; the same math
 // the step kernel fuses in).
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 // head of one session:
 // rows split across kRowGroups thread groups, columns across kColumnThreads threads of kVec
 // consecutive columns each (one 16-byte access for fp32 state). Columns of S evolve
-// independently (SPEC section 2), so tiles never talk to each other; the sums over K are
+// independently (docs/spec.md §2), so tiles never talk to each other; the sums over K are
 // block reductions.
 //
 // Per token: o = S_t^T q with S_t = a S + k v^T (additive) or, for the delta rule,

@@ -1,6 +1,6 @@
 #pragma once
 // The passes a layer with a short convolution or Mamba-2's extras runs around the recurrent and
-// chunkwise kernels (SPEC section 6, the CPU's short_conv.cc and prepare_inputs.cc):
+// chunkwise kernels (docs/spec.md §6, the CPU's short_conv.cc and prepare_inputs.cc):
 //   before: the causal depthwise convolution of raw q, k and v with each session's window
 //           (SiLU or none), and Mamba-2's v = x * dt, giving fp32 inputs for the other kernels;
 //   after:  each session's new window stored into its state (Mamba-2's skip, o += D * x, is

@@ -1,7 +1,7 @@
 #pragma once
 // One step's arithmetic on a thread's kVec state columns, shared by the block step kernel
 // (recurrent_step.cu) and the pipelined one (pipelined_step.cu), so that every decode path
-// computes the same bits in the same order (SPEC section 2).
+// computes the same bits in the same order (docs/spec.md §2).
 
 #include "backends/cuda/gpu_compat.cuh"
 #include "backends/cuda/kernels/layer_math.cuh"
