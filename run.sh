@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 ./setup.sh
-build/src/cli/lumen "$@"
+build/tools/lumen/lumen "$@"

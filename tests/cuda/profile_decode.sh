@@ -6,7 +6,7 @@
 # are left as they are. Usage: profile_decode.sh BUILD_DIR [FAMILIES [SESSION_COUNTS]] > log
 # (PROFILE_COPY=0 leaves the PyTorch kernel out).
 set -uo pipefail
-lumen=${1:?usage: profile_decode.sh BUILD_DIR [FAMILIES [SESSION_COUNTS]]}/src/cli/lumen
+lumen=${1:?usage: profile_decode.sh BUILD_DIR [FAMILIES [SESSION_COUNTS]]}/tools/lumen/lumen
 families=${2:-linear_attn gated_delta_net}
 counts=${3:-1024 1}
 sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy

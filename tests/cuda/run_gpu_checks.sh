@@ -35,6 +35,6 @@ grep -E "tests passed|Test +#|Failed|FAILED|All tests passed|^[0-9]+: test cases
 if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
   bench_args=()
   [[ "${QUICK_BENCH:-0}" == 1 ]] && bench_args=(--quick)
-  "$build_dir"/src/cli/lumen bench "${bench_args[@]}" 2>&1 | tee "$log_dir/bench.log"
+  "$build_dir"/tools/lumen/lumen bench "${bench_args[@]}" 2>&1 | tee "$log_dir/bench.log"
 fi
 exit $tests_status

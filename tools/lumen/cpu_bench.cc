@@ -1,4 +1,4 @@
-#include "src/cli/cpu_bench.h"
+#include "tools/lumen/cpu_bench.h"
 
 #include <lumen/lumen.h>
 
@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "src/cli/bench_anchors.h"
-#include "src/cli/bench_cases.h"
-#include "src/cli/build_compare.h"
-#include "src/cli/lumen_handles.h"
+#include "tools/lumen/bench_anchors.h"
+#include "tools/lumen/bench_cases.h"
+#include "tools/lumen/build_compare.h"
+#include "tools/lumen/lumen_handles.h"
 
 namespace lumen::cli {
 namespace {

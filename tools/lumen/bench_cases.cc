@@ -1,4 +1,4 @@
-#include "src/cli/bench_cases.h"
+#include "tools/lumen/bench_cases.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "src/cli/build_compare.h"
+#include "tools/lumen/build_compare.h"
 
 #include <lumen/lumen.h>
 
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "src/cli/bench_anchors.h"
-#include "src/cli/bench_cases.h"
-#include "src/cli/lumen_api.h"
+#include "tools/lumen/bench_anchors.h"
+#include "tools/lumen/bench_cases.h"
+#include "tools/lumen/lumen_api.h"
 
 namespace lumen::cli {
 namespace {

@@ -7,7 +7,7 @@
 // device-to-device copy (bytes read + written) of a buffer far larger than L2.
 // Prefill: lumen_engine_prefill_varlen over B sequences of T tokens, device buffers.
 
-#include "backends/cuda/bench/gpu_bench.h"
+#include "tools/lumen/gpu_bench.h"
 
 #include <cuda_runtime.h>
 
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "lumen/lumen.h"
-#include "src/cli/lumen_handles.h"
+#include "tools/lumen/lumen_handles.h"
 
 namespace lumen::cuda {
 namespace {

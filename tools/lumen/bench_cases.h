@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "src/cli/lumen_api.h"
-#include "src/cli/lumen_handles.h"
+#include "tools/lumen/lumen_api.h"
+#include "tools/lumen/lumen_handles.h"
 
 namespace lumen::cli {
 

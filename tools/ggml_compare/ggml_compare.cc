@@ -22,7 +22,7 @@
 // the same graph copies it back into the state tensor the op reads ("ggml"); decode also
 // times the op alone, without the copy back ("ggml op"). lumen updates the state in place.
 //
-// Built and run by tests/peer/run_ggml_compare.sh; not part of the build or of ctest.
+// Built and run by tools/ggml_compare/run_ggml_compare.sh; not part of the build or of ctest.
 
 #include <lumen/lumen.h>
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds ggml's CPU library from a llama.cpp or ggml checkout, lumen's shared library, and
-# tests/peer/ggml_compare.cc against both, then runs the comparison (lumen against ggml's
+# tools/ggml_compare/ggml_compare.cc against both, then runs the comparison (lumen against ggml's
 # GATED_DELTA_NET, SSM_SCAN and GATED_LINEAR_ATTN ops on the same inputs; see the top of
 # ggml_compare.cc).
 #
-#   tests/peer/run_ggml_compare.sh GGML_SOURCE_DIR [ggml_compare options, see --help]
+#   tools/ggml_compare/run_ggml_compare.sh GGML_SOURCE_DIR [ggml_compare options, see --help]
 #
 # GGML_SOURCE_DIR is a llama.cpp checkout (its ggml/ folder is used) or a ggml checkout.
 # Not part of the build, of ctest or of CI: ggml is not a Debian 12 package and nothing may
@@ -45,7 +45,7 @@ lumen_lib="$(dirname "$(find "$build/lumen" -name 'liblumen.so' -print -quit)")"
 ggml_libs="$(dirname "$(find "$build/ggml" -name 'libggml-cpu.a' -print -quit)")"
 nice -n 19 g++ -std=c++17 -O3 -march=native -Wall -Wextra \
   -I "$root/capi/include" -I "$src/include" \
-  "$root/tests/peer/ggml_compare.cc" -o "$build/ggml_compare" \
+  "$root/tools/ggml_compare/ggml_compare.cc" -o "$build/ggml_compare" \
   -L "$ggml_libs" -lggml -lggml-cpu -lggml-base -fopenmp -lpthread -ldl -lm \
   -L "$lumen_lib" -llumen -Wl,-rpath,"$lumen_lib"
 

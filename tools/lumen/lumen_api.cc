@@ -1,4 +1,4 @@
-#include "src/cli/lumen_api.h"
+#include "tools/lumen/lumen_api.h"
 
 #include <dlfcn.h>
 

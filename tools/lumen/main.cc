@@ -27,11 +27,11 @@
 #include <string>
 #include <vector>
 
-#include "src/cli/cpu_bench.h"
-#include "src/cli/lumen_handles.h"
+#include "tools/lumen/cpu_bench.h"
+#include "tools/lumen/lumen_handles.h"
 
 #ifdef LUMEN_WITH_CUDA
-#include "backends/cuda/bench/gpu_bench.h"
+#include "tools/lumen/gpu_bench.h"
 #endif
 
 namespace {
@@ -610,7 +610,7 @@ void DemonstrateSnapshot(const Args& args, lumen_session* session, const InputPo
 }
 
 // `lumen bench [--cpu | --gpu] [--quick] [--decode] ...`: the CPU benchmark (cpu_bench.cc) with --cpu
-// or in a build without CUDA; otherwise the GPU benchmark (backends/cuda/bench).
+// or in a build without CUDA; otherwise the GPU benchmark (gpu_bench.cu).
 int RunBench(int argc, char** argv) {
   bool cpu = false, gpu = false;
   for (int i = 1; i < argc; ++i) {

@@ -1,4 +1,4 @@
-#include "src/cli/bench_anchors.h"
+#include "tools/lumen/bench_anchors.h"
 
 #include <algorithm>
 #include <atomic>
