@@ -13,6 +13,10 @@ if [[ "${1:-}" == "--tests" ]]; then
   # generators (swig, bindgen).
   packages+=(python3-dev python3-pytest python3-numpy default-jdk-headless junit5 mono-devel
              cargo swig bindgen)
+  # The bindings' packages, built and installed into a clean place by the tests: a wheel
+  # (installed by pip into a venv) and a NuGet package (Debian's nuget, on mono); and PyTorch
+  # on the CPU for the Python binding's DLPack tests (tensors in, tensors out).
+  packages+=(python3-venv python3-pip nuget python3-torch)
   # The aarch64 build run under qemu-user (tests/cross): the cross compiler and the arm64
   # multiarch libraries lumen links.
   packages+=(g++-aarch64-linux-gnu qemu-user libabsl-dev:arm64 libxxhash-dev:arm64)

@@ -1,7 +1,8 @@
 """Builds a two-layer model, prefills a prompt, steps, saves the session to a file, loads it
 into a new session and checks that both continue with the same outputs.
 
-Run: PYTHONPATH=<build>/bindings/python python3 examples/python/stream_snapshot.py [file]
+Run: python3 examples/python/stream_snapshot.py [file], with the lumen wheel installed or
+PYTHONPATH=<build>/bindings/python.
 Needs only the standard library (arrays are array.array; numpy arrays work the same way).
 """
 import array

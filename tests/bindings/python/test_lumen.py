@@ -18,8 +18,7 @@ import pytest
 
 import lumen
 from lumen import capi
-
-H, HV, K, V = 2, 4, 8, 6  # grouped value heads: HV = 2 H
+from layer_inputs import H, HV, K, V, random_inputs
 
 
 def gated_delta_net_reference(q, k, v, g, beta, scale):
@@ -40,27 +39,6 @@ def gated_delta_net_reference(q, k, v, g, beta, scale):
 
 def relative_rms(actual, expected):
     return np.linalg.norm(actual - expected) / np.linalg.norm(expected)
-
-
-def random_inputs(rng, tokens):
-    q = rng.standard_normal((tokens, H, K)).astype(np.float32)
-    k = rng.standard_normal((tokens, H, K))
-    k = (k / np.linalg.norm(k, axis=-1, keepdims=True)).astype(np.float32)  # unit-norm keys
-    v = rng.standard_normal((tokens, HV, V)).astype(np.float32)
-    g = -rng.uniform(0.01, 0.5, (tokens, HV)).astype(np.float32)
-    beta = rng.uniform(0.1, 0.9, (tokens, HV)).astype(np.float32)
-    return q, k, v, g, beta
-
-
-@pytest.fixture
-def engine():
-    with lumen.ModelBuilder() as builder:
-        builder.add_layer(family="gated_delta_net", num_heads=H, num_value_heads=HV, key_dim=K,
-                          value_dim=V)
-        builder.add_layer(family=lumen.Family.RETENTION, num_heads=H, key_dim=K, value_dim=V)
-        model = builder.build()
-    with model, lumen.Engine(model, num_threads=2) as engine:
-        yield engine
 
 
 def test_every_header_function_is_reachable():

@@ -1,5 +1,6 @@
 """The Python binding on a CUDA engine with PyTorch's CUDA tensors (DLPack, device memory,
-the caller's stream, CUDA graphs), checked against the same calls on a CPU engine.
+the caller's stream, CUDA graphs, outputs allocated as CUDA tensors, shape checks), checked
+against the same calls on a CPU engine.
 
 Run by ctest (bindings_python_cuda, label `gpu`) on a machine with an NVIDIA GPU and a Python
 that has PyTorch with CUDA, with PYTHONPATH at the build's bindings/python.
@@ -90,6 +91,28 @@ def test_step_batch_with_bf16_device_inputs_matches_the_cpu(engines):
         assert relative_rms(out.cpu().numpy(), expected) <= STEP_BOUND, step
     for cuda_session, cpu_session in zip(cuda_sessions, cpu_sessions):
         assert relative_rms(cuda_session.read_state(0), cpu_session.read_state(0)) <= STEP_BOUND
+
+
+def test_device_tensors_in_give_device_tensors_out(engines):
+    cuda, cpu = engines
+    rng = np.random.default_rng(6)
+    inputs = random_inputs(rng, 40)
+    expected = cpu.session().prefill(0, *inputs)
+    session = cuda.session()
+    device_inputs = on_device(inputs)
+    out = session.prefill(0, *device_inputs)  # no out=: lumen allocates it with torch.empty
+    assert isinstance(out, torch.Tensor) and out.device == device_inputs[0].device
+    assert out.dtype == torch.float32 and tuple(out.shape) == (40, HV, V)
+    torch.cuda.synchronize()
+    assert relative_rms(out.cpu().numpy(), expected) <= SPEC_CHUNKWISE_BOUND
+
+    token = on_device([x[0] for x in random_inputs(rng, 1)], torch.bfloat16)
+    step = session.step(0, *token, out_dtype="bfloat16")
+    assert step.is_cuda and step.dtype == torch.bfloat16 and tuple(step.shape) == (HV, V)
+    with pytest.raises(ValueError, match=r"q has shape \(%d, 40, %d\)" % (H, K)):
+        session.prefill(0, device_inputs[0].transpose(0, 1).contiguous(), *device_inputs[1:])
+    torch.cuda.synchronize()
+    assert session.tokens(0) == 41
 
 
 def test_a_bad_device_input_is_reported_by_the_next_waiting_call(engines):
