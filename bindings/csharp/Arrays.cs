@@ -21,8 +21,11 @@ public struct Tensor {
     Bits = bits;
   }
 
+  /// <summary>An fp32 array (null: absent).</summary>
   public static implicit operator Tensor(float[] array) =>
       new Tensor(array, IntPtr.Zero, array?.LongLength ?? 0, 32);
+
+  /// <summary>bf16 or fp16 bits (null: absent); the call's Dtype says which.</summary>
   public static implicit operator Tensor(ushort[] array) =>
       new Tensor(array, IntPtr.Zero, array?.LongLength ?? 0, 16);
 
@@ -31,21 +34,46 @@ public struct Tensor {
   public static Tensor FromPointer(IntPtr address, long count) =>
       new Tensor(null, address, count, 0);
 
+  /// <summary>A pinned span's elements; an empty span is an absent tensor.</summary>
+  internal static unsafe Tensor Pinned(void* address, int count) =>
+      count == 0 ? default(Tensor) : FromPointer((IntPtr)address, count);
+
   internal bool IsEmpty => Managed == null && Native == IntPtr.Zero;
 }
 
 /// <summary>The arrays of one layer call: q, k, v and, where the family takes them, g and
 /// beta, all of one dtype (FLOAT32 for float[]; say BFLOAT16 or FLOAT16 for ushort[]).</summary>
 public sealed class Inputs {
-  public Tensor Q, K, V, G, Beta;
+  /// <summary>q [T, H, K].</summary>
+  public Tensor Q;
+  /// <summary>k [T, H, K].</summary>
+  public Tensor K;
+  /// <summary>v [T, HV, V].</summary>
+  public Tensor V;
+  /// <summary>g [T, HV] (scalar gate) or [T, HV, K] (vector gate), where the family takes
+  /// one.</summary>
+  public Tensor G;
+  /// <summary>beta [T, HV], for the delta rule family.</summary>
+  public Tensor Beta;
+  /// <summary>The inputs' dtype; null means FLOAT32, which ushort[] inputs cannot be.</summary>
   public LumenDtype? Dtype;
+  /// <summary>Where pointer tensors live: HOST, or DEVICE for a GPU engine.</summary>
   public LumenMemory Memory = LumenMemory.HOST;
 
+  /// <summary>No tensors yet: set the fields.</summary>
   public Inputs() {}
 
+  /// <summary>The tensors of a call (g and beta absent by default).</summary>
   public Inputs(Tensor q, Tensor k, Tensor v, Tensor g = default, Tensor beta = default) {
     Q = q; K = k; V = v; G = g; Beta = beta;
   }
+
+  /// <summary>Pinned spans of one dtype (the span overloads' inputs).</summary>
+  internal static unsafe Inputs Pinned(LumenDtype dtype, void* q, int qCount, void* k, int kCount,
+                                       void* v, int vCount, void* g, int gCount, void* beta,
+                                       int betaCount) =>
+      new Inputs(Tensor.Pinned(q, qCount), Tensor.Pinned(k, kCount), Tensor.Pinned(v, vCount),
+                 Tensor.Pinned(g, gCount), Tensor.Pinned(beta, betaCount)) { Dtype = dtype };
 }
 
 /// <summary>Fills lumen_layer_inputs / lumen_layer_output, pinning managed arrays for one
@@ -53,13 +81,14 @@ public sealed class Inputs {
 internal static class LayerCall {
   internal static void Run(Inputs inputs, Tensor output, LumenDtype? outputDtype,
                            Action<LayerInputs, LayerOutput> call) {
+    if (inputs == null) throw new ArgumentNullException(nameof(inputs));
     var pins = new List<GCHandle>();
     using (var native = new LayerInputs())
     using (var result = new LayerOutput()) {
       try {
         LumenDtype dtype = inputs.Dtype ?? InferDtype(inputs);
-        native.Dtype = (int)dtype;
-        native.Memory = (int)inputs.Memory;
+        native.Dtype = dtype;
+        native.Memory = inputs.Memory;
         native.Q = Address(inputs.Q, dtype, "q", pins); native.QCount = inputs.Q.Count;
         native.K = Address(inputs.K, dtype, "k", pins); native.KCount = inputs.K.Count;
         native.V = Address(inputs.V, dtype, "v", pins); native.VCount = inputs.V.Count;
@@ -67,8 +96,8 @@ internal static class LayerCall {
         native.Beta = Address(inputs.Beta, dtype, "beta", pins);
         native.BetaCount = inputs.Beta.Count;
         LumenDtype oDtype = outputDtype ?? (output.Bits == 16 ? dtype : LumenDtype.FLOAT32);
-        result.Dtype = (int)oDtype;
-        result.Memory = (int)inputs.Memory;
+        result.Dtype = oDtype;
+        result.Memory = inputs.Memory;
         result.O = Address(output, oDtype, "o", pins);
         result.OCount = output.Count;
         call(native, result);

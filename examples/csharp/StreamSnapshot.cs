@@ -26,10 +26,10 @@ public static class StreamSnapshot {
   public static int Main(string[] args) {
     string path = args.Length > 0 ? args[0] : "stream_snapshot.lumen";
     using (var gated = new LayerOptions {
-             Family = (int)LumenFamily.GATED_DELTA_NET, NumHeads = H, KeyDim = K, ValueDim = V,
-             QkL2norm = 1 })  // the delta rule wants unit-norm keys
+             Family = LumenFamily.GATED_DELTA_NET, NumHeads = H, KeyDim = K, ValueDim = V,
+             QkL2norm = true })  // the delta rule wants unit-norm keys
     using (var retention = new LayerOptions {
-             Family = (int)LumenFamily.RETENTION, NumHeads = H, KeyDim = K, ValueDim = V })
+             Family = LumenFamily.RETENTION, NumHeads = H, KeyDim = K, ValueDim = V })
     using (var builder = new ModelBuilder()) {
       builder.AddLayer(gated);
       builder.AddLayer(retention);

@@ -7,6 +7,7 @@ using System.Linq;
 using System.Reflection;
 using System.Runtime.InteropServices;
 using System.Text.RegularExpressions;
+using System.Threading;
 using Lumen;
 using Lumen.CApi;
 
@@ -29,7 +30,7 @@ public static class LumenTests {
   }
 
   static LayerOptions Layer(LumenFamily family, int heads, int valueHeads, int k, int v) =>
-      new LayerOptions { Family = (int)family, NumHeads = heads, NumValueHeads = valueHeads,
+      new LayerOptions { Family = family, NumHeads = heads, NumValueHeads = valueHeads,
                          KeyDim = k, ValueDim = v };
 
   static Engine NewEngine(out Model model) {
@@ -226,16 +227,16 @@ public static class LumenTests {
       Session session = engine.NewSession();
       var q = new float[H * K]; var v = new float[HV * V];
       var missing = Throws<LumenException>(() => session.Step(0, q, q, v), "missing g and beta");
-      Check(missing.Code == LumenStatus.INVALID_ARGUMENT, "status INVALID_ARGUMENT");
+      Check(missing.Status == LumenStatus.INVALID_ARGUMENT, "status INVALID_ARGUMENT");
       Check(missing.StatusName == "LUMEN_ERROR_INVALID_ARGUMENT", "status name");
       Check(missing.Message.Contains("g"), "message names g: " + missing.Message);
       Check(session.Tokens(0) == 0, "the failed call changed nothing");
       var range = Throws<LumenException>(() => session.Tokens(7), "layer 7");
-      Check(range.Code == LumenStatus.OUT_OF_RANGE && range.Message.Contains("7"), range.Message);
+      Check(range.Status == LumenStatus.OUT_OF_RANGE && range.Message.Contains("7"), range.Message);
       var corrupt = Throws<LumenException>(() => session.Restore(new byte[] {1, 2, 3}), "corrupt");
-      Check(corrupt.Code == LumenStatus.CORRUPT_SNAPSHOT, corrupt.Message);
+      Check(corrupt.Status == LumenStatus.CORRUPT_SNAPSHOT, corrupt.Message);
       var io = Throws<LumenException>(() => session.Load("/nonexistent/dir/file.lumen"), "io");
-      Check(io.Code == LumenStatus.IO, io.Message);
+      Check(io.Status == LumenStatus.IO, io.Message);
       session.Dispose();
       session.Dispose();
       Throws<ObjectDisposedException>(() => session.Tokens(0), "a disposed session");
@@ -254,7 +255,7 @@ public static class LumenTests {
         reservation.MaxSessions = counts[0];
         reservation.MaxTokens = counts[1];
         var error = Throws<LumenException>(() => engine.Reserve(reservation), "a bad reservation");
-        Check(error.Code == LumenStatus.INVALID_ARGUMENT, error.Message);
+        Check(error.Status == LumenStatus.INVALID_ARGUMENT, error.Message);
         Check(error.Message.Contains("max_sessions"), error.Message);
       }
     }
@@ -295,6 +296,197 @@ public static class LumenTests {
     oneThread.Dispose();
   }
 
+  // A model whose sessions hold 2 MiB of state each (retention, 32 heads of 128 x 128 fp32).
+  static Engine TwoMebibyteSessions(out Model model) {
+    using (var builder = new ModelBuilder())
+    using (var layer = Layer(LumenFamily.RETENTION, 32, 32, 128, 128)) {
+      builder.AddLayer(layer);
+      model = builder.Build();
+    }
+    Check(model.StateBytes() == 2 << 20, "2 MiB of state per session");
+    using (var options = new EngineOptions { NumThreads = 1 }) return new Engine(model, options);
+  }
+
+  static void DroppedSessionsStayWithinAMemoryBound() {
+    // 3,000 sessions dropped undisposed would hold 6 GiB if nothing collected them; the
+    // collector learns their bytes and frees them as they go.
+    const long bound = 512L << 20;
+    using (Engine engine = TwoMebibyteSessions(out Model model))
+    using (model) {
+      long before = ResidentBytes();
+      for (int i = 1; i <= 3000; ++i) {
+        engine.NewSession();
+        if (i % 50 == 0) {
+          long grown = ResidentBytes() - before;
+          Check(grown < bound, "resident memory grew by " + (grown >> 20) + " MiB after " + i +
+                               " dropped sessions of 2 MiB");
+        }
+      }
+    }
+  }
+
+  static void DroppedSessionsCauseFullCollections() {
+    using (Engine engine = TwoMebibyteSessions(out Model model))
+    using (model) {
+      int before = GC.CollectionCount(GC.MaxGeneration);
+      for (int i = 0; i < 256; ++i) engine.NewSession().Fork();  // 1 GiB dropped
+      int collections = GC.CollectionCount(GC.MaxGeneration) - before;
+      Check(collections >= 2, collections + " full collections while 1 GiB of sessions was dropped");
+    }
+  }
+
+  static void DisposeWaitsForACallInProgress() {
+    // A prefill of about a quarter of a second on one thread, Dispose on another meanwhile: the
+    // state must outlive the call, which then completes with the right output. (A Dispose that
+    // comes before the call starts makes the call throw ObjectDisposedException instead.)
+    const int tokens = 256, width = 32 * 128;
+    var q = new float[tokens * width];
+    var k = new float[tokens * width];
+    var v = new float[tokens * width];
+    for (int i = 0; i < q.Length; ++i) {
+      q[i] = (float)Gaussian(); k[i] = (float)Gaussian() / 12; v[i] = (float)Gaussian();
+    }
+    using (Engine engine = TwoMebibyteSessions(out Model model))
+    using (model)
+    using (Session reference = engine.NewSession()) {
+      float[] expected = reference.Prefill(0, q, k, v);
+      int overlapped = 0;
+      for (int round = 0; round < 10 && overlapped < 3; ++round) {
+        Session session = engine.NewSession();
+        float[] got = null;
+        var started = new ManualResetEventSlim();
+        var call = new Thread(() => {
+          started.Set();
+          try {
+            got = session.Prefill(0, q, k, v);
+          } catch (ObjectDisposedException) {
+          }
+        });
+        call.Start();
+        started.Wait();
+        Thread.Sleep(20);
+        session.Dispose();
+        // A state freed now could be the next one allocated, and the call would write into it.
+        using (Session next = engine.NewSession()) {
+          call.Join();
+          Check(next.ReadState(0).All(x => x == 0), "a new session's state stays zero");
+        }
+        Throws<ObjectDisposedException>(() => session.Tokens(0), "the session after the call");
+        if (got == null) continue;
+        ++overlapped;
+        Check(got.SequenceEqual(expected), "the call that a Dispose overlapped");
+      }
+      Check(overlapped > 0, "a Dispose overlapped a call");
+    }
+  }
+
+  static void EnumsAndFlagsNeedNoCasts() {
+    using (var layer = new LayerOptions { Family = LumenFamily.KDA, QkL2norm = true,
+                                          StateDtype = LumenDtype.BFLOAT16 }) {
+      Check(layer.Family == LumenFamily.KDA && layer.QkL2norm && !layer.GateRaw, "layer options");
+      Check(layer.StateDtype == LumenDtype.BFLOAT16, "state dtype");
+    }
+    Check(Capi.lumen_status_string(LumenStatus.OUT_OF_RANGE) == "LUMEN_ERROR_OUT_OF_RANGE",
+          "status names");
+    using (var builder = new ModelBuilder())
+    using (var layer = Layer(LumenFamily.RETENTION, H, H, K, V))
+    using (var options = new EngineOptions { Backend = LumenBackend.CPU, NumThreads = 1 }) {
+      builder.AddLayer(layer);
+      using (Model model = builder.Build())
+      using (var engine = new Engine(model, options)) {
+        Check(options.Backend == LumenBackend.CPU && engine.Backend == LumenBackend.CPU, "backend");
+        Check(model.StateCount(0, LumenStatePart.NORMALIZER) == 0, "state part");
+      }
+    }
+  }
+
+  static string PascalCase(string snake) =>
+      string.Concat(snake.Split('_').Select(w => char.ToUpperInvariant(w[0]) + w.Substring(1)));
+
+  static void PresetsAreLayerOptionsFactories() {
+    var names = Regex.Matches(File.ReadAllText(header), @"\blumen_layer_options_init_(\w+)\s*\(")
+                    .Cast<Match>().Select(m => m.Groups[1].Value).ToList();
+    Check(names.Count >= 3, "the header's presets were found");
+    foreach (string name in names) {
+      MethodInfo factory = typeof(LayerOptions).GetMethod(PascalCase(name), Type.EmptyTypes);
+      Check(factory != null && factory.IsStatic, "LayerOptions." + PascalCase(name) + "()");
+      using (var expected = new LayerOptions())
+      using (var preset = (LayerOptions)factory.Invoke(null, null))
+      using (var builder = new ModelBuilder()) {
+        typeof(Capi).GetMethod("lumen_layer_options_init_" + name).Invoke(null, new object[] {expected});
+        foreach (PropertyInfo field in typeof(LayerOptions).GetProperties()) {
+          Check(Equals(field.GetValue(preset), field.GetValue(expected)), name + " " + field.Name);
+        }
+        Check(preset.NumHeads > 0 && preset.KeyDim > 0, name + " has dims");
+        Check(builder.AddLayer(preset) == 0, name + " is a valid layer");
+      }
+    }
+  }
+
+  static void SpansMatchArrays() {
+    const int tokens = 5;
+    float[][] x = Inputs(tokens);
+    using (Engine engine = NewEngine(out Model model))
+    using (model) {
+      Session[] s = Enumerable.Range(0, 8).Select(_ => engine.NewSession()).ToArray();
+      // Inputs as slices of one buffer, the output on the stack.
+      float[] packed = x.SelectMany(a => a).ToArray();
+      int[] offsets = {0, x[0].Length, x[0].Length + x[1].Length, 0, 0};
+      offsets[3] = offsets[2] + x[2].Length;
+      offsets[4] = offsets[3] + x[3].Length;
+      Span<float> o = stackalloc float[HV * V];
+      float[] expected = s[0].Step(0, Token(x[0], 0, H * K), Token(x[1], 0, H * K),
+                                   Token(x[2], 0, HV * V), Token(x[3], 0, HV), Token(x[4], 0, HV));
+      s[1].Step(0, packed.AsSpan(offsets[0], H * K), packed.AsSpan(offsets[1], H * K),
+                packed.AsSpan(offsets[2], HV * V), packed.AsSpan(offsets[3], HV),
+                packed.AsSpan(offsets[4], HV), o);
+      Check(o.ToArray().SequenceEqual(expected), "step from spans");
+      // A layer without g and beta takes empty spans.
+      float[] retention = s[0].Step(1, Token(x[0], 0, H * K), Token(x[1], 0, H * K),
+                                    Token(x[2], 0, H * V));
+      Span<float> o1 = stackalloc float[H * V];
+      s[1].Step(1, packed.AsSpan(offsets[0], H * K), packed.AsSpan(offsets[1], H * K),
+                new ReadOnlySpan<float>(x[2], 0, H * V), default, default, o1);
+      Check(o1.ToArray().SequenceEqual(retention), "empty spans are absent tensors");
+
+      float[] prefilled = s[2].Prefill(0, x[0], x[1], x[2], x[3], x[4]);
+      var fromSpans = new float[prefilled.Length];
+      s[3].Prefill(0, x[0].AsSpan(), x[1], x[2], x[3], x[4], fromSpans);
+      Check(fromSpans.SequenceEqual(prefilled), "prefill from spans");
+
+      float[] batched = engine.StepBatch(0, new[] {s[4], s[5]}, x[0].Take(2 * H * K).ToArray(),
+                                         x[1].Take(2 * H * K).ToArray(), x[2].Take(2 * HV * V).ToArray(),
+                                         x[3].Take(2 * HV).ToArray(), x[4].Take(2 * HV).ToArray());
+      var batchedSpans = new float[batched.Length];
+      engine.StepBatch(0, new[] {s[6], s[7]}, x[0].AsSpan(0, 2 * H * K), x[1].AsSpan(0, 2 * H * K),
+                       x[2].AsSpan(0, 2 * HV * V), x[3].AsSpan(0, 2 * HV), x[4].AsSpan(0, 2 * HV),
+                       batchedSpans);
+      Check(batchedSpans.SequenceEqual(batched), "step batch from spans");
+
+      // bf16 bits: spans give what ushort[] arrays give, into fp32 and into bf16 outputs.
+      ushort[][] bits = x.Select(a => a.Select(f => (ushort)(BitConverter.ToUInt32(
+          BitConverter.GetBytes(f), 0) >> 16)).ToArray()).ToArray();
+      foreach (Session session in s) session.Reset();
+      var arrays = new float[tokens * HV * V];
+      s[0].Prefill(0, tokens, new Inputs(bits[0], bits[1], bits[2], bits[3], bits[4]) {
+                     Dtype = LumenDtype.BFLOAT16 }, arrays);
+      var spans = new float[arrays.Length];
+      s[1].Prefill(0, LumenDtype.BFLOAT16, bits[0], bits[1], bits[2], bits[3], bits[4], spans);
+      Check(spans.SequenceEqual(arrays), "bf16 prefill from spans");
+      var arrays16 = new ushort[HV * V];
+      var spans16 = new ushort[HV * V];
+      ushort[][] first = bits.Select((a, i) => a.Take(a.Length / tokens).ToArray()).ToArray();
+      s[2].Step(0, new Inputs(first[0], first[1], first[2], first[3], first[4]) {
+                  Dtype = LumenDtype.BFLOAT16 }, arrays16, LumenDtype.BFLOAT16);
+      s[3].Step(0, LumenDtype.BFLOAT16, first[0], first[1], first[2], first[3], first[4], spans16);
+      Check(spans16.SequenceEqual(arrays16) && arrays16.Any(b => b != 0), "bf16 step into bf16");
+      var wrong = Throws<LumenException>(() => s[4].Step(0, x[0].AsSpan(0, 3), x[1], x[2], x[3], x[4],
+                                                          new float[HV * V]), "a short q span");
+      Check(wrong.Status == LumenStatus.INVALID_ARGUMENT, wrong.Message);
+      foreach (Session session in s) session.Dispose();
+    }
+  }
+
   public static int Main(string[] args) {
     header = args[0];
     scratch = args[1];
@@ -302,7 +494,9 @@ public static class LumenTests {
       EveryHeaderFunctionIsReachable, StepAndPrefillMatchTheReference, PointersAndBf16Inputs,
       BatchedStepAndVarlenPrefillMatchSingleSessions, SnapshotRoundTripsThroughBytesAndAFile,
       BadCallsThrowWithTheLibraryMessage, ReservingScratchChecksItsArguments,
-      NativeMemoryIsReleased,
+      NativeMemoryIsReleased, DroppedSessionsStayWithinAMemoryBound,
+      DroppedSessionsCauseFullCollections, DisposeWaitsForACallInProgress,
+      EnumsAndFlagsNeedNoCasts, PresetsAreLayerOptionsFactories, SpansMatchArrays,
     };
     int failed = 0;
     foreach (Action test in tests) {

@@ -21,8 +21,8 @@ public class Capi {
     return ret;
   }
 
-  public static string lumen_status_string(int status) {
-    string ret = CapiPINVOKE.lumen_status_string(status);
+  public static string lumen_status_string(global::Lumen.CApi.LumenStatus status) {
+    string ret = CapiPINVOKE.lumen_status_string((int)status);
     return ret;
   }
 
@@ -31,8 +31,8 @@ public class Capi {
     return ret;
   }
 
-  public static string lumen_backend_string(int backend) {
-    string ret = CapiPINVOKE.lumen_backend_string(backend);
+  public static string lumen_backend_string(global::Lumen.CApi.LumenBackend backend) {
+    string ret = CapiPINVOKE.lumen_backend_string((int)backend);
     return ret;
   }
 
@@ -64,8 +64,8 @@ public class Capi {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_model_builder_add_layer(builder, LayerOptions.getCPtr(options), out out_layer));
   }
 
-  public static void lumen_model_builder_set_param(global::System.IntPtr builder, int layer, int param, float[] values, long count) {
-    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_model_builder_set_param(builder, layer, param, values, count));
+  public static void lumen_model_builder_set_param(global::System.IntPtr builder, int layer, global::Lumen.CApi.LumenParam param, float[] values, long count) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_model_builder_set_param(builder, layer, (int)param, values, count));
   }
 
   public static void lumen_model_builder_build(global::System.IntPtr builder, out global::System.IntPtr out_) {
@@ -84,8 +84,8 @@ public class Capi {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_model_layer_options(model, layer, LayerOptions.getCPtr(out_)));
   }
 
-  public static void lumen_model_state_count(global::System.IntPtr model, int layer, int part, out long out_) {
-    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_model_state_count(model, layer, part, out out_));
+  public static void lumen_model_state_count(global::System.IntPtr model, int layer, global::Lumen.CApi.LumenStatePart part, out long out_) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_model_state_count(model, layer, (int)part, out out_));
   }
 
   public static void lumen_model_state_bytes(global::System.IntPtr model, int layer, out long out_) {
@@ -104,7 +104,7 @@ public class Capi {
     CapiPINVOKE.lumen_engine_destroy(engine);
   }
 
-  public static void lumen_engine_backend(global::System.IntPtr engine, out int out_) {
+  public static void lumen_engine_backend(global::System.IntPtr engine, out global::Lumen.CApi.LumenBackend out_) {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_backend(engine, out out_));
   }
 
@@ -148,12 +148,12 @@ public class Capi {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_tokens(session, layer, out out_));
   }
 
-  public static void lumen_session_read_state(global::System.IntPtr session, int layer, int part, float[] out_, long count) {
-    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_read_state(session, layer, part, out_, count));
+  public static void lumen_session_read_state(global::System.IntPtr session, int layer, global::Lumen.CApi.LumenStatePart part, float[] out_, long count) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_read_state(session, layer, (int)part, out_, count));
   }
 
-  public static void lumen_session_write_state(global::System.IntPtr session, int layer, int part, float[] values, long count) {
-    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_write_state(session, layer, part, values, count));
+  public static void lumen_session_write_state(global::System.IntPtr session, int layer, global::Lumen.CApi.LumenStatePart part, float[] values, long count) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_write_state(session, layer, (int)part, values, count));
   }
 
   public static void lumen_layer_inputs_init(LayerInputs inputs) {

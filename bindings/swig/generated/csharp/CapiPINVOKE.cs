@@ -380,7 +380,7 @@ class CapiPINVOKE {
   public static extern void lumen_engine_destroy(global::System.IntPtr jarg1);
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_backend___")]
-  public static extern int lumen_engine_backend(global::System.IntPtr jarg1, out int jarg2);
+  public static extern int lumen_engine_backend(global::System.IntPtr jarg1, out global::Lumen.CApi.LumenBackend jarg2);
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_num_threads___")]
   public static extern int lumen_engine_num_threads(global::System.IntPtr jarg1, out int jarg2);

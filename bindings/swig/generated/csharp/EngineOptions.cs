@@ -10,7 +10,7 @@
 
 namespace Lumen.CApi {
 
-public class EngineOptions : global::System.IDisposable {
+public partial class EngineOptions : global::System.IDisposable {
   private global::System.Runtime.InteropServices.HandleRef swigCPtr;
   protected bool swigCMemOwn;
 
@@ -57,14 +57,15 @@ public class EngineOptions : global::System.IDisposable {
     }
   }
 
-  public int Backend {
+  public global::Lumen.CApi.LumenBackend Backend {
     set {
-      CapiPINVOKE.EngineOptions_Backend_set(swigCPtr, value);
+      CapiPINVOKE.EngineOptions_Backend_set(swigCPtr, (int)value);
     } 
     get {
-      int ret = CapiPINVOKE.EngineOptions_Backend_get(swigCPtr);
-      return ret;
-    } 
+      var result = (global::Lumen.CApi.LumenBackend)CapiPINVOKE.EngineOptions_Backend_get(swigCPtr);
+      return result;
+    }
+  
   }
 
   public int NumThreads {

@@ -10,7 +10,7 @@
 
 namespace Lumen.CApi {
 
-public class LayerOptions : global::System.IDisposable {
+public partial class LayerOptions : global::System.IDisposable {
   private global::System.Runtime.InteropServices.HandleRef swigCPtr;
   protected bool swigCMemOwn;
 
@@ -57,14 +57,15 @@ public class LayerOptions : global::System.IDisposable {
     }
   }
 
-  public int Family {
+  public global::Lumen.CApi.LumenFamily Family {
     set {
-      CapiPINVOKE.LayerOptions_Family_set(swigCPtr, value);
+      CapiPINVOKE.LayerOptions_Family_set(swigCPtr, (int)value);
     } 
     get {
-      int ret = CapiPINVOKE.LayerOptions_Family_get(swigCPtr);
-      return ret;
-    } 
+      var result = (global::Lumen.CApi.LumenFamily)CapiPINVOKE.LayerOptions_Family_get(swigCPtr);
+      return result;
+    }
+  
   }
 
   public int NumHeads {
@@ -117,24 +118,26 @@ public class LayerOptions : global::System.IDisposable {
     } 
   }
 
-  public int FeatureMap {
+  public global::Lumen.CApi.LumenFeatureMap FeatureMap {
     set {
-      CapiPINVOKE.LayerOptions_FeatureMap_set(swigCPtr, value);
+      CapiPINVOKE.LayerOptions_FeatureMap_set(swigCPtr, (int)value);
     } 
     get {
-      int ret = CapiPINVOKE.LayerOptions_FeatureMap_get(swigCPtr);
-      return ret;
-    } 
+      var result = (global::Lumen.CApi.LumenFeatureMap)CapiPINVOKE.LayerOptions_FeatureMap_get(swigCPtr);
+      return result;
+    }
+  
   }
 
-  public int Normalize {
+  public bool Normalize {
     set {
-      CapiPINVOKE.LayerOptions_Normalize_set(swigCPtr, value);
+      CapiPINVOKE.LayerOptions_Normalize_set(swigCPtr, value ? 1 : 0);
     } 
     get {
-      int ret = CapiPINVOKE.LayerOptions_Normalize_get(swigCPtr);
-      return ret;
-    } 
+      bool result = CapiPINVOKE.LayerOptions_Normalize_get(swigCPtr) != 0;
+      return result;
+    }
+  
   }
 
   public float NormalizeEps {
@@ -147,44 +150,48 @@ public class LayerOptions : global::System.IDisposable {
     } 
   }
 
-  public int QkL2norm {
+  public bool QkL2norm {
     set {
-      CapiPINVOKE.LayerOptions_QkL2norm_set(swigCPtr, value);
+      CapiPINVOKE.LayerOptions_QkL2norm_set(swigCPtr, value ? 1 : 0);
     } 
     get {
-      int ret = CapiPINVOKE.LayerOptions_QkL2norm_get(swigCPtr);
-      return ret;
-    } 
+      bool result = CapiPINVOKE.LayerOptions_QkL2norm_get(swigCPtr) != 0;
+      return result;
+    }
+  
   }
 
-  public int BetaSigmoid {
+  public bool BetaSigmoid {
     set {
-      CapiPINVOKE.LayerOptions_BetaSigmoid_set(swigCPtr, value);
+      CapiPINVOKE.LayerOptions_BetaSigmoid_set(swigCPtr, value ? 1 : 0);
     } 
     get {
-      int ret = CapiPINVOKE.LayerOptions_BetaSigmoid_get(swigCPtr);
-      return ret;
-    } 
+      bool result = CapiPINVOKE.LayerOptions_BetaSigmoid_get(swigCPtr) != 0;
+      return result;
+    }
+  
   }
 
-  public int GateRaw {
+  public bool GateRaw {
     set {
-      CapiPINVOKE.LayerOptions_GateRaw_set(swigCPtr, value);
+      CapiPINVOKE.LayerOptions_GateRaw_set(swigCPtr, value ? 1 : 0);
     } 
     get {
-      int ret = CapiPINVOKE.LayerOptions_GateRaw_get(swigCPtr);
-      return ret;
-    } 
+      bool result = CapiPINVOKE.LayerOptions_GateRaw_get(swigCPtr) != 0;
+      return result;
+    }
+  
   }
 
-  public int StateDtype {
+  public global::Lumen.CApi.LumenDtype StateDtype {
     set {
-      CapiPINVOKE.LayerOptions_StateDtype_set(swigCPtr, value);
+      CapiPINVOKE.LayerOptions_StateDtype_set(swigCPtr, (int)value);
     } 
     get {
-      int ret = CapiPINVOKE.LayerOptions_StateDtype_get(swigCPtr);
-      return ret;
-    } 
+      var result = (global::Lumen.CApi.LumenDtype)CapiPINVOKE.LayerOptions_StateDtype_get(swigCPtr);
+      return result;
+    }
+  
   }
 
   public int ConvSize {
@@ -197,14 +204,15 @@ public class LayerOptions : global::System.IDisposable {
     } 
   }
 
-  public int ConvActivation {
+  public global::Lumen.CApi.LumenConvActivation ConvActivation {
     set {
-      CapiPINVOKE.LayerOptions_ConvActivation_set(swigCPtr, value);
+      CapiPINVOKE.LayerOptions_ConvActivation_set(swigCPtr, (int)value);
     } 
     get {
-      int ret = CapiPINVOKE.LayerOptions_ConvActivation_get(swigCPtr);
-      return ret;
-    } 
+      var result = (global::Lumen.CApi.LumenConvActivation)CapiPINVOKE.LayerOptions_ConvActivation_get(swigCPtr);
+      return result;
+    }
+  
   }
 
   public LayerOptions() : this(CapiPINVOKE.new_LayerOptions(), true) {

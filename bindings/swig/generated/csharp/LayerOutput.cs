@@ -10,7 +10,7 @@
 
 namespace Lumen.CApi {
 
-public class LayerOutput : global::System.IDisposable {
+public partial class LayerOutput : global::System.IDisposable {
   private global::System.Runtime.InteropServices.HandleRef swigCPtr;
   protected bool swigCMemOwn;
 
@@ -57,24 +57,26 @@ public class LayerOutput : global::System.IDisposable {
     }
   }
 
-  public int Dtype {
+  public global::Lumen.CApi.LumenDtype Dtype {
     set {
-      CapiPINVOKE.LayerOutput_Dtype_set(swigCPtr, value);
+      CapiPINVOKE.LayerOutput_Dtype_set(swigCPtr, (int)value);
     } 
     get {
-      int ret = CapiPINVOKE.LayerOutput_Dtype_get(swigCPtr);
-      return ret;
-    } 
+      var result = (global::Lumen.CApi.LumenDtype)CapiPINVOKE.LayerOutput_Dtype_get(swigCPtr);
+      return result;
+    }
+  
   }
 
-  public int Memory {
+  public global::Lumen.CApi.LumenMemory Memory {
     set {
-      CapiPINVOKE.LayerOutput_Memory_set(swigCPtr, value);
+      CapiPINVOKE.LayerOutput_Memory_set(swigCPtr, (int)value);
     } 
     get {
-      int ret = CapiPINVOKE.LayerOutput_Memory_get(swigCPtr);
-      return ret;
-    } 
+      var result = (global::Lumen.CApi.LumenMemory)CapiPINVOKE.LayerOutput_Memory_get(swigCPtr);
+      return result;
+    }
+  
   }
 
   public global::System.IntPtr O {

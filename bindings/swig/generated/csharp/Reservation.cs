@@ -10,7 +10,7 @@
 
 namespace Lumen.CApi {
 
-public class Reservation : global::System.IDisposable {
+public partial class Reservation : global::System.IDisposable {
   private global::System.Runtime.InteropServices.HandleRef swigCPtr;
   protected bool swigCMemOwn;
 

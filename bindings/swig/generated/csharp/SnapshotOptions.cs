@@ -10,7 +10,7 @@
 
 namespace Lumen.CApi {
 
-public class SnapshotOptions : global::System.IDisposable {
+public partial class SnapshotOptions : global::System.IDisposable {
   private global::System.Runtime.InteropServices.HandleRef swigCPtr;
   protected bool swigCMemOwn;
 
@@ -57,14 +57,15 @@ public class SnapshotOptions : global::System.IDisposable {
     }
   }
 
-  public int StateDtype {
+  public global::Lumen.CApi.LumenDtype StateDtype {
     set {
-      CapiPINVOKE.SnapshotOptions_StateDtype_set(swigCPtr, value);
+      CapiPINVOKE.SnapshotOptions_StateDtype_set(swigCPtr, (int)value);
     } 
     get {
-      int ret = CapiPINVOKE.SnapshotOptions_StateDtype_get(swigCPtr);
-      return ret;
-    } 
+      var result = (global::Lumen.CApi.LumenDtype)CapiPINVOKE.SnapshotOptions_StateDtype_get(swigCPtr);
+      return result;
+    }
+  
   }
 
   public SnapshotOptions() : this(CapiPINVOKE.new_SnapshotOptions(), true) {

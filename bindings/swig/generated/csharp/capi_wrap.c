@@ -1012,14 +1012,14 @@ SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_destroy___(void* jarg
 }
 
 
-SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_backend___(void* jarg1, int * jarg2) {
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_backend___(void* jarg1, int* jarg2) {
   int jresult ;
   lumen_engine *arg1 = (lumen_engine *) 0 ;
   lumen_backend *arg2 = (lumen_backend *) 0 ;
   lumen_status result;
   
   arg1 = (lumen_engine *)jarg1;
-  arg2 = (lumen_backend *)jarg2; 
+  arg2 = (lumen_backend *)jarg2;
   result = (lumen_status)lumen_engine_backend((struct lumen_engine const *)arg1,arg2);
   jresult = (int)result;
   return jresult;
