@@ -1,6 +1,7 @@
 //! Builds a two-layer model, prefills a prompt, steps, saves the session to a file, loads it
 //! into a new session and checks that both continue with the same outputs.
-//! Run: cd bindings/rust && LUMEN_LIB_DIR=<build>/src cargo run --offline --example stream_snapshot
+//! Run: cd bindings/rust && cargo run --offline --example stream_snapshot (with
+//! LUMEN_LIB_DIR=<build>/src to use a build tree's library; bindings/rust/README.md says more).
 use lumen::{Engine, Family, Inputs, LayerOptions, ModelBuilder, Session};
 
 const H: usize = 2;

@@ -43,8 +43,6 @@ if [[ -f "$build/bindings/csharp/Lumen.dll" ]]; then
 fi
 
 if [[ -d "$build/bindings/rust" ]] && command -v cargo >/dev/null; then
-  pc_dir=$(dirname "$(find "$prefix" -name lumen.pc)")
-  (cd "$source/bindings/rust" && env -u LUMEN_LIB_DIR PKG_CONFIG_PATH="$pc_dir" \
-    CARGO_TARGET_DIR="$work/cargo" cargo run --quiet --offline --example stream_snapshot -- \
-    "$work/rust.lumen")
+  # A user's crate: built against the prefix through pkg-config, run as its own binary.
+  "$source/tests/bindings/rust/downstream_crate.sh" "$source" "$prefix"
 fi

@@ -84,6 +84,7 @@ impl Engine {
         Ok(Backend(out as i32))
     }
 
+    /// Worker threads, the calling thread included.
     pub fn num_threads(&self) -> Result<i32> {
         let mut out = 0;
         // SAFETY: as above.

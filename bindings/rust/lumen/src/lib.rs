@@ -15,11 +15,16 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A failed call is an [`Error`]: its [`Status`] (one variant per `LUMEN_ERROR_*`) and the
+//! library's message.
+//!
 //! Ownership and threads follow `lumen.h`: every handle frees its native object on drop; a
 //! session keeps its engine (and the engine its model) alive, so drops may come in any order.
 //! Models and engines are `Send + Sync` (the header lets several threads call an engine); a
 //! session is `Send` but not `Sync` (never two calls at once, not even two reads), and calls
 //! that change it take `&mut self`. A model builder is `Send` but not `Sync`.
+
+#![warn(missing_docs)]
 
 pub use lumen_sys as sys;
 
@@ -31,7 +36,7 @@ mod session;
 mod tensor;
 
 pub use engine::Engine;
-pub use error::{Error, Result};
+pub use error::{Error, Result, Status};
 pub use model::{Model, ModelBuilder};
 pub use options::{
     Backend, ConvActivation, DType, EngineOptions, Family, FeatureMap, LayerOptions, Memory,

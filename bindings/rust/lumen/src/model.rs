@@ -13,6 +13,7 @@ pub struct ModelBuilder {
 unsafe impl Send for ModelBuilder {}
 
 impl ModelBuilder {
+    /// An empty builder.
     pub fn new() -> Result<Self> {
         let mut raw = ptr::null_mut();
         // SAFETY: raw is a valid out-pointer.
@@ -71,6 +72,7 @@ impl Model {
         self.raw.as_ptr()
     }
 
+    /// Layers in the model.
     pub fn num_layers(&self) -> Result<i32> {
         let mut out = 0;
         // SAFETY: the model is live; out is a valid out-pointer.

@@ -2,17 +2,30 @@
 //! Every struct keeps the C struct it wraps reachable through `raw_mut`, so a field added to
 //! lumen.h is usable at once.
 
+use std::fmt;
 use std::mem::MaybeUninit;
 
 use crate::sys;
 
+/// An enumeration of the header as an open set of typed constants: a newer library's value
+/// still fits (the struct fields and arguments it travels in are `int32_t`). `Debug` prints a
+/// known value as its path, e.g. `Backend::CUDA`, and any other as `Backend(42)`.
 macro_rules! constants {
     ($(#[$doc:meta])* $name:ident { $($item:ident = $value:ident),* $(,)? }) => {
         $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[derive(Clone, Copy, PartialEq, Eq, Hash)]
         pub struct $name(pub i32);
         impl $name {
-            $(pub const $item: $name = $name(sys::$value as i32);)*
+            $(#[doc = concat!("`", stringify!($value), "`")]
+              pub const $item: $name = $name(sys::$value as i32);)*
+        }
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                match *self {
+                    $($name::$item => f.write_str(concat!(stringify!($name), "::", stringify!($item))),)*
+                    $name(other) => write!(f, concat!(stringify!($name), "({})"), other),
+                }
+            }
         }
     };
 }
@@ -135,24 +148,35 @@ impl LayerOptions {
     }
 
     setters! {
+        /// The layer's family (its update rule).
         family: family as Family => |f| f.0;
         /// H, query/key heads.
         heads: num_heads as i32 => |x| x;
         /// HV, value heads (0: H).
         value_heads: num_value_heads as i32 => |x| x;
+        /// K, the key (and query) size of a head.
         key_dim: key_dim as i32 => |x| x;
+        /// V, the value size of a head.
         value_dim: value_dim as i32 => |x| x;
         /// Multiplies q; 0 means K^-0.5.
         scale: scale as f32 => |x| x;
+        /// phi applied to q and k (linear attention).
         feature_map: feature_map as FeatureMap => |f| f.0;
+        /// Keeps the normaliser z and divides by q . z (linear attention).
         normalize: normalize as bool => i32::from;
+        /// The epsilon of that division; 0 means 1e-6.
         normalize_eps: normalize_eps as f32 => |x| x;
+        /// L2-normalises q and k inside the layer.
         qk_l2norm: qk_l2norm as bool => i32::from;
+        /// beta arrives as a logit (delta families).
         beta_sigmoid: beta_sigmoid as bool => i32::from;
+        /// g arrives raw; needs Param::A_LOG and Param::DT_BIAS (see lumen.h).
         gate_raw: gate_raw as bool => i32::from;
+        /// The element type the session stores the state in.
         state_dtype: state_dtype as DType => |d| d.0;
         /// W, the width of the q/k/v convolutions (0: none).
         conv_size: conv_size as i32 => |x| x;
+        /// The activation after the convolutions.
         conv_activation: conv_activation as ConvActivation => |a| a.0;
     }
 
@@ -192,6 +216,7 @@ impl LayerOptions {
 
 impl EngineOptions {
     setters! {
+        /// The backend to run on; AUTO (the default) picks the best one present.
         backend: backend as Backend => |b| b.0;
         /// Worker threads including the caller; 0 = one per hardware thread.
         threads: num_threads as i32 => |x| x;

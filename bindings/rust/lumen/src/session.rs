@@ -40,6 +40,7 @@ impl Session {
         self.raw.as_ptr()
     }
 
+    /// The engine the session runs on.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }

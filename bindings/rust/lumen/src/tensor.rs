@@ -2,6 +2,7 @@ use crate::options::DType;
 
 /// An element type lumen reads and writes: `f32`, or bf16 / fp16 bits ([`Bf16`], [`F16`]).
 pub trait Element: Copy {
+    /// The `lumen_dtype` a slice of this type is passed as.
     const DTYPE: DType;
 }
 
@@ -36,6 +37,7 @@ impl Bf16 {
         Bf16((bits.wrapping_add(rounding) >> 16) as u16)
     }
 
+    /// The f32 of the same value (exact).
     pub fn to_f32(self) -> f32 {
         f32::from_bits(u32::from(self.0) << 16)
     }
@@ -45,23 +47,31 @@ impl Bf16 {
 /// all of one element type. Read in place, never copied.
 #[derive(Clone, Copy)]
 pub struct Inputs<'a, T: Element> {
+    /// Queries, `[T, H, K]`.
     pub q: &'a [T],
+    /// Keys, `[T, H, K]`.
     pub k: &'a [T],
+    /// Values, `[T, HV, V]`.
     pub v: &'a [T],
+    /// Gates (log-decays), `[T, HV]` or `[T, HV, K]` (GLA, KDA); the gated families only.
     pub g: Option<&'a [T]>,
+    /// Delta-rule strengths, `[T, HV]`; the delta families only.
     pub beta: Option<&'a [T]>,
 }
 
 impl<'a, T: Element> Inputs<'a, T> {
+    /// q, k and v, without g and beta.
     pub fn new(q: &'a [T], k: &'a [T], v: &'a [T]) -> Self {
         Inputs { q, k, v, g: None, beta: None }
     }
 
+    /// Adds the gates.
     pub fn g(mut self, g: &'a [T]) -> Self {
         self.g = Some(g);
         self
     }
 
+    /// Adds beta.
     pub fn beta(mut self, beta: &'a [T]) -> Self {
         self.beta = Some(beta);
         self

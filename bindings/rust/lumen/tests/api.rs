@@ -1,8 +1,8 @@
 //! The Rust binding against lumen.h's contract: a float64 reference, batches, snapshots,
 //! errors, bf16 inputs and that native memory is released.
 use lumen::{
-    sys, Bf16, DType, Engine, EngineOptions, Family, Inputs, LayerOptions, Model, ModelBuilder,
-    Reservation, Session, SnapshotOptions, StatePart,
+    Bf16, DType, Engine, EngineOptions, Family, Inputs, LayerOptions, Model, ModelBuilder,
+    Reservation, Session, SnapshotOptions, StatePart, Status,
 };
 
 const H: usize = 2;
@@ -176,7 +176,7 @@ fn batched_step_and_varlen_prefill_match_single_sessions() {
     engine.prefill_varlen(0, &mut refs, &[0, 4, 4, 9], &all_inputs(&more), &mut out).unwrap();
     let error = engine.prefill_varlen(0, &mut refs, &[0, 1], &all_inputs(&more), &mut out)
         .unwrap_err();
-    assert_eq!(error.status(), sys::LUMEN_ERROR_INVALID_ARGUMENT as i32);
+    assert_eq!(error.status(), Status::InvalidArgument);
     let counts: Vec<i64> = batch.iter().map(|s| s.tokens(0).unwrap()).collect();
     assert_eq!(counts, [5, 1, 6]);
 }
@@ -220,21 +220,20 @@ fn bad_calls_return_the_library_message() {
     let (q, v) = (vec![0f32; H * K], vec![0f32; HV * V]);
     let mut o = vec![0f32; HV * V];
     let error = session.step(0, &Inputs::new(&q, &q, &v), &mut o).unwrap_err();
-    assert_eq!(error.status(), sys::LUMEN_ERROR_INVALID_ARGUMENT as i32);
-    assert_eq!(error.status_name(), "LUMEN_ERROR_INVALID_ARGUMENT");
+    assert_eq!(error.status(), Status::InvalidArgument);
     assert!(error.message().contains('g'), "{}", error);
     assert!(error.to_string().contains(error.message()));
     assert_eq!(session.tokens(0).unwrap(), 0);
     let error = session.tokens(7).unwrap_err();
-    assert_eq!(error.status(), sys::LUMEN_ERROR_OUT_OF_RANGE as i32);
+    assert_eq!(error.status(), Status::OutOfRange);
     assert!(error.message().contains('7'));
     assert_eq!(session.restore(&[1, 2, 3]).unwrap_err().status(),
-               sys::LUMEN_ERROR_CORRUPT_SNAPSHOT as i32);
+               Status::CorruptSnapshot);
     assert_eq!(session.load("/nonexistent/dir/file.lumen").unwrap_err().status(),
-               sys::LUMEN_ERROR_IO as i32);
+               Status::Io);
     let mut builder = ModelBuilder::new().unwrap();
     let error = builder.add_layer(&layer(Family::GLA, 0, 0, 4, 4)).unwrap_err();
-    assert_eq!(error.status(), sys::LUMEN_ERROR_INVALID_ARGUMENT as i32);
+    assert_eq!(error.status(), Status::InvalidArgument);
     assert!(!error.message().is_empty());
 }
 
@@ -247,7 +246,7 @@ fn reserving_scratch_checks_its_arguments() {
     for (sessions, tokens) in [(0, 1), (1, 0), (-3, 5), ((1 << 20) + 1, 1)] {
         let reservation = Reservation::default().max_sessions(sessions).max_tokens(tokens);
         let error = engine.reserve(&reservation).unwrap_err();
-        assert_eq!(error.status(), sys::LUMEN_ERROR_INVALID_ARGUMENT as i32);
+        assert_eq!(error.status(), Status::InvalidArgument);
         assert!(error.message().contains("max_sessions"), "{}", error);
     }
 }
