@@ -1,7 +1,7 @@
 #include "src/backend.h"
 
 #include "absl/strings/str_cat.h"
-#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/create_cpu_backend.h"
 #ifdef LUMEN_WITH_CUDA
 #include "backends/cuda/create_cuda_backend.h"
 #endif
@@ -28,12 +28,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const lumen_engine_option
 #endif
       [[fallthrough]];
     case LUMEN_BACKEND_CPU:
-      try {
-        return std::unique_ptr<Backend>(new cpu::CpuBackend(options.num_threads));
-      } catch (const std::exception& e) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("cannot start the CPU backend's threads: ", e.what()));
-      }
+      return cpu::CreateCpuBackend(options.num_threads);
     case LUMEN_BACKEND_CUDA:
 #ifdef LUMEN_WITH_CUDA
       return cuda::CreateCudaBackend(options.device);

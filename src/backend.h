@@ -4,35 +4,42 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
 #include "lumen/lumen.h"
 #include "src/layer_spec.h"
 
 namespace lumen {
 
-class Session;
-
 // One layer call, already validated by the engine: shapes, counts, dtypes and sessions.
 struct LayerRun {
   bool chunkwise = false;               // prefill (chunkwise) or step (recurrent)
   int32_t layer = 0;                    // the layer's index in the model
-  // The call's sessions (valid during Run only). The engine adds each one's tokens to its
-  // counts once Run returns OK; a backend whose call fails later may take them back
-  // (Session::token_counts).
-  absl::Span<Session* const> sessions;
   std::vector<void*> states;            // per session: the layer's state in backend memory
   std::vector<int32_t> cu_seqlens;      // [num_sessions + 1] token offsets into the inputs
   const lumen_layer_inputs* inputs = nullptr;
   lumen_layer_output* output = nullptr;
-  // Check every input value against its domain (src/input_domain.h) before anything runs.
-  bool check_values = true;
 
   int32_t num_sessions() const { return static_cast<int32_t>(states.size()); }
   int64_t num_tokens() const { return cu_seqlens.back(); }
+};
+
+// A device backend numbers the layer calls it returns from before they have run (calls over
+// device buffers, enqueued on the caller's stream): their input check may still fail, and
+// then they change nothing. Numbers grow with each call; kFinishedCall is no number.
+using AsyncCallId = uint64_t;
+inline constexpr AsyncCallId kFinishedCall = 0;
+
+// What a backend has learned of its numbered calls since its last report: every call up to
+// `settled_through` has run, and the calls of each `failed` range [first, last] changed
+// nothing (their input check failed, or an earlier call's did). The engine keeps the ledger
+// of what each numbered call added to its sessions' token counts and settles it with this.
+struct AsyncCallReport {
+  AsyncCallId settled_through = kFinishedCall;
+  std::vector<std::pair<AsyncCallId, AsyncCallId>> failed;
 };
 
 class Model;
@@ -61,8 +68,14 @@ class Backend {
   virtual absl::Status StateFromHost(void* dst, const void* host_src, int64_t bytes) = 0;
 
   // Runs the call's tokens through one layer for every session in it. Must not change any
-  // state unless it returns OK.
-  virtual absl::Status Run(const LayerSpec& spec, const LayerRun& run) = 0;
+  // state unless it returns OK. Returns kFinishedCall for a call that has run (or whose
+  // failure will not be charged to its sessions: one captured into a graph), else the number
+  // a later TakeAsyncCallReport speaks of.
+  virtual absl::StatusOr<AsyncCallId> Run(const LayerSpec& spec, const LayerRun& run) = 0;
+  // What the backend learned of its numbered calls since the last report; each fact is
+  // reported once. The engine asks after every call into the backend that may wait for the
+  // device. A backend whose calls all finish in Run has nothing to report.
+  virtual AsyncCallReport TakeAsyncCallReport() { return {}; }
 
   // Makes every later call of at most max_sessions sessions and max_tokens tokens, on any
   // layer of `model`, over device buffers, run without allocating (lumen_engine_reserve).

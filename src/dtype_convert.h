@@ -8,14 +8,9 @@
 #include <cstring>
 
 #include "lumen/lumen.h"
+#include "src/layer_traits.h"
 
 namespace lumen {
-
-enum class DType : int32_t {
-  kFloat32 = LUMEN_DTYPE_FLOAT32,
-  kBFloat16 = LUMEN_DTYPE_BFLOAT16,
-  kFloat16 = LUMEN_DTYPE_FLOAT16,
-};
 
 inline int64_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 

@@ -36,12 +36,55 @@ Engine::~Engine() {
   if (spare_state_ != nullptr) backend_->FreeState(spare_state_);
 }
 
+void Engine::SettleAsyncCalls() {
+  const AsyncCallReport report = backend_->TakeAsyncCallReport();
+  for (const auto& [first, last] : report.failed) {
+    for (const AsyncCall& call : async_calls_) {
+      if (call.id < first || call.id > last) continue;
+      for (const auto& [counts, tokens] : call.tokens) counts->Add(call.layer, -tokens);
+    }
+  }
+  while (!async_calls_.empty() && async_calls_.front().id <= report.settled_through) {
+    async_calls_.pop_front();
+  }
+}
+
+absl::Status Engine::Settled(absl::Status status) {
+  std::lock_guard<std::mutex> lock(ledger_mutex_);
+  SettleAsyncCalls();
+  return status;
+}
+
+absl::StatusOr<void*> Engine::AllocateState() {
+  absl::StatusOr<void*> block = backend_->AllocateState(model_->state_bytes());
+  if (absl::Status settled = Settled(block.status()); !settled.ok()) return settled;
+  return block;
+}
+
+void Engine::FreeState(void* block) { backend_->FreeState(block); }
+
+absl::Status Engine::ZeroState(void* block) {
+  return Settled(backend_->ZeroState(block, model_->state_bytes()));
+}
+
+absl::Status Engine::CopyState(void* dst, const void* src) {
+  return Settled(backend_->CopyState(dst, src, model_->state_bytes()));
+}
+
+absl::Status Engine::StateToHost(void* host_dst, const void* src, int64_t bytes) {
+  return Settled(backend_->StateToHost(host_dst, src, bytes));
+}
+
+absl::Status Engine::StateFromHost(void* dst, const void* host_src, int64_t bytes) {
+  return Settled(backend_->StateFromHost(dst, host_src, bytes));
+}
+
 absl::StatusOr<void*> Engine::TakeSpareState() {
   {
     std::lock_guard<std::mutex> lock(spare_mutex_);
     if (spare_state_ != nullptr) return std::exchange(spare_state_, nullptr);
   }
-  return backend_->AllocateState(model_->state_bytes());
+  return AllocateState();
 }
 
 void Engine::ReturnSpareState(void* block) {
@@ -197,8 +240,6 @@ absl::Status Engine::RunLayer(bool chunkwise, int32_t layer,
   LayerRun run;
   run.chunkwise = chunkwise;
   run.layer = layer;
-  run.sessions = sessions;
-  run.check_values = check_input_values_;
   run.states.reserve(sessions.size());
   for (size_t i = 0; i < sessions.size(); ++i) {
     const Session* session = sessions[i];
@@ -234,12 +275,22 @@ absl::Status Engine::RunLayer(bool chunkwise, int32_t layer,
   run.inputs = &current;
   run.output = &output;
   if (run.num_tokens() == 0) return absl::OkStatus();
-  status = backend_->Run(spec, run);
-  if (!status.ok()) return status;
-  for (size_t i = 0; i < sessions.size(); ++i) {
-    sessions[i]->AddTokens(layer, run.cu_seqlens[i + 1] - run.cu_seqlens[i]);
+  std::lock_guard<std::mutex> lock(ledger_mutex_);
+  absl::StatusOr<AsyncCallId> call = backend_->Run(spec, run);
+  if (call.ok()) {
+    AsyncCall pending{*call, layer, {}};
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      const int64_t tokens = run.cu_seqlens[i + 1] - run.cu_seqlens[i];
+      sessions[i]->AddTokens(layer, tokens);
+      if (*call != kFinishedCall && tokens > 0) {
+        pending.tokens.emplace_back(sessions[i]->token_counts(), tokens);
+      }
+    }
+    if (*call != kFinishedCall) async_calls_.push_back(std::move(pending));
   }
-  return absl::OkStatus();
+  // A call that waits for the device (host buffers) may have learned of earlier calls.
+  SettleAsyncCalls();
+  return call.status();
 }
 
 }  // namespace lumen

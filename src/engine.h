@@ -2,9 +2,12 @@
 // An engine binds a model to a backend and runs layer calls for its sessions.
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -12,6 +15,7 @@
 #include "src/backend.h"
 #include "src/model.h"
 #include "src/thread_pool.h"
+#include "src/token_counts.h"
 
 namespace lumen {
 
@@ -32,10 +36,16 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   absl::StatusOr<std::unique_ptr<Session>> CreateSession();
 
-  // Whether layer calls check their input values (finite, gates and beta in range) before
-  // they run; on unless turned off. Only benchmarks turn it off, to measure what it costs:
-  // the C API always checks.
-  void set_check_input_values(bool check) { check_input_values_ = check; }
+  // Session state memory, through the backend. A device backend waits in these for the layer
+  // calls it has enqueued and learns whether their input checks failed, so each settles the
+  // ledger of asynchronous calls (SettleAsyncCalls) before it returns: a caller that is told
+  // of a failed call finds its tokens already taken back.
+  absl::StatusOr<void*> AllocateState();
+  void FreeState(void* block);
+  absl::Status ZeroState(void* block);
+  absl::Status CopyState(void* dst, const void* src);
+  absl::Status StateToHost(void* host_dst, const void* src, int64_t bytes);
+  absl::Status StateFromHost(void* dst, const void* host_src, int64_t bytes);
 
   // One token for each session (inputs stacked [N, ...]).
   absl::Status Step(int32_t layer, absl::Span<Session* const> sessions,
@@ -67,14 +77,32 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Engine(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend)
       : model_(std::move(model)), backend_(std::move(backend)) {}
 
+  // A layer call still running on the device when the backend returned from it: the tokens
+  // it added to each of its sessions, taken back if the backend reports that it changed
+  // nothing.
+  struct AsyncCall {
+    AsyncCallId id = kFinishedCall;
+    int32_t layer = 0;
+    std::vector<std::pair<std::shared_ptr<TokenCounts>, int64_t>> tokens;
+  };
+
   // Validates everything about a call, then runs it and advances the token counts.
   absl::Status RunLayer(bool chunkwise, int32_t layer, absl::Span<Session* const> sessions,
                         std::vector<int32_t> cu_seqlens, const lumen_layer_inputs& inputs,
                         lumen_layer_output& output);
+  // Applies the backend's report to the ledger: takes back the tokens of the calls that
+  // changed nothing and forgets the calls that have run. Needs ledger_mutex_.
+  void SettleAsyncCalls();
+  // Settles the ledger after a call into the backend and passes its status on.
+  absl::Status Settled(absl::Status status);
 
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
-  bool check_input_values_ = true;
+
+  // Held from a layer call's Run until its entry is in the ledger, so that no report is
+  // applied before the entry of a call it speaks of.
+  std::mutex ledger_mutex_;
+  std::deque<AsyncCall> async_calls_;  // oldest first; guarded by ledger_mutex_
 
   std::mutex spare_mutex_;
   void* spare_state_ = nullptr;  // guarded by spare_mutex_

@@ -24,24 +24,9 @@ const char* FamilyName(Family family) {
   return "unknown";
 }
 
-GateKind LayerSpec::gate_kind() const {
-  switch (family) {
-    case Family::kRetention:
-    case Family::kSsd:
-    case Family::kGatedDeltaNet:
-      return GateKind::kScalar;
-    case Family::kGla:
-    case Family::kKda:
-      return GateKind::kVector;
-    default:
-      return GateKind::kNone;
-  }
-}
+GateKind LayerSpec::gate_kind() const { return FamilyGateKind(family); }
 
-bool LayerSpec::delta_rule() const {
-  return family == Family::kDeltaNet || family == Family::kGatedDeltaNet ||
-         family == Family::kKda;
-}
+bool LayerSpec::delta_rule() const { return FamilyDeltaRule(family); }
 
 bool LayerSpec::needs_g_input() const {
   return gate_kind() != GateKind::kNone && family != Family::kRetention;
@@ -49,7 +34,7 @@ bool LayerSpec::needs_g_input() const {
 
 int64_t LayerSpec::g_per_token() const {
   if (!needs_g_input()) return 0;
-  return gate_kind() == GateKind::kVector ? int64_t{num_value_heads} * key_dim
+  return gate_kind() == GateKind::kPerChannel ? int64_t{num_value_heads} * key_dim
                                           : num_value_heads;
 }
 

@@ -7,24 +7,9 @@
 #include "absl/status/status.h"
 #include "lumen/lumen.h"
 #include "src/dtype_convert.h"
+#include "src/layer_traits.h"
 
 namespace lumen {
-
-enum class Family : int32_t {
-  kLinearAttn = LUMEN_FAMILY_LINEAR_ATTN,
-  kRetention = LUMEN_FAMILY_RETENTION,
-  kSsd = LUMEN_FAMILY_SSD,
-  kGla = LUMEN_FAMILY_GLA,
-  kDeltaNet = LUMEN_FAMILY_DELTA_NET,
-  kGatedDeltaNet = LUMEN_FAMILY_GATED_DELTA_NET,
-  kKda = LUMEN_FAMILY_KDA,
-};
-
-enum class FeatureMap : int32_t {
-  kIdentity = LUMEN_FEATURE_MAP_IDENTITY,
-  kElu1 = LUMEN_FEATURE_MAP_ELU1,
-  kRelu = LUMEN_FEATURE_MAP_RELU,
-};
 
 enum class ConvActivation : int32_t {
   kSilu = LUMEN_CONV_ACTIVATION_SILU,
@@ -37,10 +22,6 @@ enum ConvPart : int32_t { kConvQ = 0, kConvK = 1, kConvV = 2 };
 inline constexpr int32_t kNumConvParts = 3;
 // Widest convolution a layer may have (the models use 4).
 inline constexpr int32_t kMaxConvSize = 64;
-
-// How the state decays before each token's write. Retention's fixed per-head decay is a
-// scalar gate whose log value the backend materialises from LayerSpec::decay.
-enum class GateKind { kNone, kScalar, kVector };
 
 const char* FamilyName(Family family);
 

@@ -8,24 +8,24 @@
 namespace lumen {
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Engine> engine) {
-  absl::StatusOr<void*> block = engine->backend().AllocateState(engine->model().state_bytes());
+  absl::StatusOr<void*> block = engine->AllocateState();
   if (!block.ok()) return block.status();
   return std::unique_ptr<Session>(new Session(std::move(engine), *block));
 }
 
-Session::~Session() { engine_->backend().FreeState(block_); }
+Session::~Session() { engine_->FreeState(block_); }
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Fork() const {
   absl::StatusOr<std::unique_ptr<Session>> copy = Create(engine_);
   if (!copy.ok()) return copy.status();
-  absl::Status status = engine_->backend().CopyState((*copy)->block_, block_, model().state_bytes());
+  absl::Status status = engine_->CopyState((*copy)->block_, block_);
   if (!status.ok()) return status;
   (*copy)->tokens_->CopyFrom(*tokens_);
   return copy;
 }
 
 absl::Status Session::Reset() {
-  absl::Status status = engine_->backend().ZeroState(block_, model().state_bytes());
+  absl::Status status = engine_->ZeroState(block_);
   if (status.ok()) tokens_->SetAll(0);
   return status;
 }
@@ -81,10 +81,10 @@ absl::Status Session::ReadState(int32_t layer, int32_t part, float* out,
   const LayerSpec& spec = model().layer(layer);
   const char* src = static_cast<const char*>(layer_state(layer)) + *offset;
   if (spec.state_dtype == DType::kFloat32) {
-    return engine_->backend().StateToHost(out, src, count * 4);
+    return engine_->StateToHost(out, src, count * 4);
   }
   std::vector<uint16_t> stored(count);
-  absl::Status status = engine_->backend().StateToHost(stored.data(), src, count * 2);
+  absl::Status status = engine_->StateToHost(stored.data(), src, count * 2);
   if (!status.ok()) return status;
   LoadAsFloat(stored.data(), DType::kBFloat16, out, count);
   return absl::OkStatus();
@@ -102,11 +102,11 @@ absl::Status Session::WriteState(int32_t layer, int32_t part, const float* value
   const LayerSpec& spec = model().layer(layer);
   char* dst = static_cast<char*>(layer_state(layer)) + *offset;
   if (spec.state_dtype == DType::kFloat32) {
-    return engine_->backend().StateFromHost(dst, values, count * 4);
+    return engine_->StateFromHost(dst, values, count * 4);
   }
   std::vector<uint16_t> stored(count);
   StoreFromFloat(values, DType::kBFloat16, stored.data(), count);
-  return engine_->backend().StateFromHost(dst, stored.data(), count * 2);
+  return engine_->StateFromHost(dst, stored.data(), count * 2);
 }
 
 }  // namespace lumen

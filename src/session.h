@@ -37,7 +37,8 @@ class Session {
   // The engine checks against kMaxTokens before it runs a call.
   void AddTokens(int32_t layer, int64_t count) { tokens_->Add(layer, count); }
   void SetTokens(int32_t layer, int64_t count) { tokens_->Set(layer, count); }
-  // The counts themselves, for a backend that may take an asynchronous call's tokens back.
+  // The counts themselves, for the engine's ledger, which may take an asynchronous call's
+  // tokens back.
   const std::shared_ptr<TokenCounts>& token_counts() const { return tokens_; }
 
   // The layer's state in backend memory: the matrix [HV, K, V], then the normalizer [HV, K],

@@ -254,9 +254,9 @@ absl::Status ReadBlock(const Session& session, const PayloadBlock& block, DType 
   const int64_t stored_size = DTypeSize(spec.state_dtype);
   const char* src =
       static_cast<const char*>(session.layer_state(block.layer)) + block.first * stored_size;
-  Backend& backend = session.engine().backend();
-  if (spec.state_dtype == dtype) return backend.StateToHost(out, src, block.count * stored_size);
-  absl::Status status = backend.StateToHost(staging, src, block.count * stored_size);
+  Engine& engine = session.engine();
+  if (spec.state_dtype == dtype) return engine.StateToHost(out, src, block.count * stored_size);
+  absl::Status status = engine.StateToHost(staging, src, block.count * stored_size);
   if (status.ok()) ConvertState(staging, spec.state_dtype, out, dtype, block.count);
   return status;
 }
@@ -268,10 +268,10 @@ absl::Status WriteBlock(const Session& session, const PayloadBlock& block, DType
   const int64_t stored_size = DTypeSize(spec.state_dtype);
   char* dst = static_cast<char*>(state_block) + model.state_offset(block.layer) +
               block.first * stored_size;
-  Backend& backend = session.engine().backend();
-  if (spec.state_dtype == dtype) return backend.StateFromHost(dst, in, block.count * stored_size);
+  Engine& engine = session.engine();
+  if (spec.state_dtype == dtype) return engine.StateFromHost(dst, in, block.count * stored_size);
   ConvertState(in, dtype, staging, spec.state_dtype, block.count);
-  return backend.StateFromHost(dst, staging, block.count * stored_size);
+  return engine.StateFromHost(dst, staging, block.count * stored_size);
 }
 
 void Commit(Session& session, void* state_block, const char* head) {

@@ -88,7 +88,7 @@ int32_t GateWidth(GateKind gate, int32_t key_dim) {
   switch (gate) {
     case GateKind::kNone: return 0;
     case GateKind::kScalar: return 1;
-    case GateKind::kVector: return key_dim;
+    case GateKind::kPerChannel: return key_dim;
   }
   return 0;
 }
@@ -141,7 +141,7 @@ void LoadChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, int
   ChunkScratch& s = *chunk;
   const int32_t key_dim = seq.key_dim;
   const int64_t row_bytes = seq.value_dim * int64_t{sizeof(float)};
-  const bool vector_gate = rule.gate == GateKind::kVector;
+  const bool vector_gate = rule.gate == GateKind::kPerChannel;
   for (int32_t t = 0; t < length; ++t) {
     PrefetchBytes<2>(seq.v + (start + t) * seq.v_stride, row_bytes);
     PrefetchBytes<2>(seq.o + (start + t) * seq.o_stride, row_bytes);
@@ -158,7 +158,7 @@ void LoadChunk(const HeadRule& rule, const HeadSequence& seq, int32_t start, int
   };
   s.q = rows(seq.q, seq.q_stride, s.q_rows);
   s.k = rows(seq.k, seq.k_stride, s.k_rows);
-  if (rule.gate != GateKind::kVector) Transpose(length, key_dim, s.k, key_dim, s.k_t, length);
+  if (rule.gate != GateKind::kPerChannel) Transpose(length, key_dim, s.k, key_dim, s.k_t, length);
 }
 
 // Step 2: e, a and z, then Qh, Kh and (K ⊙ z)^T (for a vector gate K ⊙ z, which the state
@@ -565,8 +565,8 @@ void UpdateState(const HeadRule& rule, const HeadSequence& seq, int32_t length,
 // Chunks that must follow a chunk for the state to move to the chunk layout after it. Each
 // move is a copy and a pass back in place; the two cost about what packing the state costs
 // over four chunks. Measured on one thread, the layout made T = 4096 prefills 1-11% faster;
-// a move with one chunk to follow made T = 64 8% slower, with four it is level (README, "On
-// the CPU").
+// a move with one chunk to follow made T = 64 8% slower, with four it is level (docs/history/
+// cpu_rounds.md).
 constexpr int64_t kChunksToMoveState = 4;
 
 // Moves the state [K, V] in place between row-major and the chunk layout (ChunkState).
@@ -591,7 +591,7 @@ void RunChunks(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_aft
     const int32_t length = std::min(kChunkSize, seq.num_tokens - start);
     LoadChunk(rule, seq, start, length, &scratch);
     ScaleChunk(rule, seq, start, length, scratch);
-    if (rule.gate == GateKind::kVector) {
+    if (rule.gate == GateKind::kPerChannel) {
       if (!ScoresFromChunkEnd<Shape>(rule, seq.key_dim, length, scratch)) {
         ScoresBySubChunk<Shape>(rule, seq.key_dim, length, scratch);
       }

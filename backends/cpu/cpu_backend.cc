@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "backends/cpu/create_cpu_backend.h"
 #include "src/checked_int.h"
 #include "src/dtype_convert.h"
 #include "src/model.h"
@@ -174,7 +176,7 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
   }
 }
 
-absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
+absl::StatusOr<AsyncCallId> CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
   std::lock_guard<std::mutex> lock(run_mutex_);
   const int64_t tokens = run.num_tokens();
   const int64_t HV = spec.num_value_heads;
@@ -260,7 +262,16 @@ absl::Status CpuBackend::Run(const LayerSpec& spec, const LayerRun& run) {
                      static_cast<char*>(run.output->o) + begin * DTypeSize(dtype), size);
     });
   }
-  return absl::OkStatus();
+  return kFinishedCall;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int32_t num_threads) {
+  try {
+    return std::unique_ptr<Backend>(new CpuBackend(num_threads));
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot start the CPU backend's threads: ", e.what()));
+  }
 }
 
 }  // namespace lumen::cpu

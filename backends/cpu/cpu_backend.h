@@ -31,7 +31,7 @@ class CpuBackend : public Backend {
   absl::Status StateToHost(void* host_dst, const void* src, int64_t bytes) override;
   absl::Status StateFromHost(void* dst, const void* host_src, int64_t bytes) override;
 
-  absl::Status Run(const LayerSpec& spec, const LayerRun& run) override;
+  absl::StatusOr<AsyncCallId> Run(const LayerSpec& spec, const LayerRun& run) override;
 
  private:
   // Scratch owned by one pool slot.

@@ -15,10 +15,9 @@
 namespace lumen::cpu {
 namespace {
 
-// What every input of one call shares: its token offsets and whether values are checked.
+// What every input of one call shares: its token offsets.
 struct Call {
   absl::Span<const int32_t> cu_seqlens;
-  bool check_values;
   int64_t tokens() const { return cu_seqlens.back(); }
 };
 
@@ -66,13 +65,11 @@ absl::Status LoadChecked(const Call& call, ThreadPool& pool, const char* tensor,
   const uint16_t* raw16 = static_cast<const uint16_t*>(src);
   *values = fp32;
   if (defer) *half = HalfInput{raw16, static_cast<DType>(dtype)};
-  if (!convert && !call.check_values) return absl::OkStatus();
   std::atomic<int64_t> bad{count};
   pool.ParallelForPieces(count, kPassPieceValues, [&](int64_t begin, int64_t size) {
     if (convert) {
       LoadAsFloat(raw16 + begin, static_cast<DType>(dtype), storage->data() + begin, size);
     }
-    if (!call.check_values) return;
     const int64_t found =
         begin + (defer ? ScanHalfForOutOfDomain(raw16 + begin, static_cast<DType>(dtype), size,
                                                 domain)
@@ -185,7 +182,7 @@ inline void TransformQueryOrKeyRows(const LayerSpec& spec, float scale, const fl
 absl::Status PrepareInputs(const LayerSpec& spec, const ConvTaps& conv_taps, const LayerRun& run,
                            ThreadPool& pool, PreparedInputs* out) {
   const lumen_layer_inputs& inputs = *run.inputs;
-  const Call call{run.cu_seqlens, run.check_values};
+  const Call call{run.cu_seqlens};
   const int32_t dtype = inputs.dtype;
   const int64_t H = spec.num_heads, HV = spec.num_value_heads;
   out->q_half = out->k_half = out->v_half = out->g_half = HalfInput{};
@@ -208,7 +205,7 @@ absl::Status PrepareInputs(const LayerSpec& spec, const ConvTaps& conv_taps, con
     const int64_t per_token = spec.g_per_token();
     out->g_token_stride = per_token;
     // A gate per channel is as large as q; one per head is converted whole.
-    const bool per_channel = spec.gate_kind() == GateKind::kVector;
+    const bool per_channel = spec.gate_kind() == GateKind::kPerChannel;
     status = LoadChecked(call, pool, "g", inputs.g, dtype, HV, per_token / HV,
                          GateDomain(spec.gate_raw), &out->g_storage, &out->g,
                          per_channel ? &out->g_half : nullptr);
@@ -285,7 +282,7 @@ void PrepareHeadInputsAtLevel(const LayerSpec& spec, const PreparedInputs& in,
   }
 
   if (in.g != nullptr || in.g_half.data != nullptr) {
-    const int64_t per_head = spec.gate_kind() == GateKind::kVector ? K : 1;
+    const int64_t per_head = spec.gate_kind() == GateKind::kPerChannel ? K : 1;
     RowsOf(in.g, in.g_half, t0 * in.g_token_stride + value_head * per_head,
            in.g_token_stride, count, per_head, scratch->g.data(), &seq->g, &seq->g_stride);
     if (in.g_raw) {

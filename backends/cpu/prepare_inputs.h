@@ -81,11 +81,11 @@ void ReserveHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int64_t 
 void PrepareHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int32_t value_head,
                        int64_t t0, int64_t count, HeadInputScratch* scratch, HeadSequence* seq);
 
-// Fails with INVALID_ARGUMENT, naming the tensor, token and head, when run.check_values is
-// on and a raw input holds a value outside its domain: non-finite anywhere, a log-gate g > 0
-// (unless gate_raw), beta outside [0, 1] (unless beta_sigmoid). Reads the sessions' conv
-// windows but changes no state; allocates (callers catch bad_alloc). Large convolutions run
-// on `pool`; conv_taps: MakeConvTaps(spec).
+// Fails with INVALID_ARGUMENT, naming the tensor, token and head, when a raw input holds a
+// value outside its domain: non-finite anywhere, a log-gate g > 0 (unless gate_raw), beta
+// outside [0, 1] (unless beta_sigmoid). Reads the sessions' conv windows but changes no state;
+// allocates (callers catch bad_alloc). Large convolutions run on `pool`; conv_taps:
+// MakeConvTaps(spec).
 absl::Status PrepareInputs(const LayerSpec& spec, const ConvTaps& conv_taps, const LayerRun& run,
                            ThreadPool& pool, PreparedInputs* out);
 

@@ -95,7 +95,7 @@ struct Token {
 [[gnu::always_inline]] inline void ComputeFactors(GateKind gate, const Token& token,
                                                   int32_t first, int32_t count,
                                                   RowFactors* factors) {
-  if (gate == GateKind::kVector) {
+  if (gate == GateKind::kPerChannel) {
     const float* g = token.g + first;
 #pragma omp simd
     for (int32_t i = 0; i < count; ++i) factors->decay[i] = VectorExp(g[i]);

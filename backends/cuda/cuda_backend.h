@@ -1,10 +1,13 @@
 #pragma once
 // The CUDA backend: session states in a device pool, layer calls as kernels on the caller's
 // stream. Included only by CUDA sources (src/ reaches it through create_cuda_backend.h).
+// Its definitions, by concern: cuda_backend.cu (the factory, lifecycle, model parameters,
+// state operations and scratch), async_calls.cu (what became of calls over device buffers),
+// run_layer.cu (a layer call: copy in, dispatch, copy out), step_path.cu and prefill_path.cu
+// (the kernels of each path), scratch_plan.{h,cu} (where a call's arrays sit).
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -17,7 +20,6 @@
 #include "backends/cuda/kernels/short_conv.cuh"
 #include "backends/cuda/state_pool.h"
 #include "src/backend.h"
-#include "src/token_counts.h"
 
 namespace lumen::cuda {
 
@@ -43,19 +45,19 @@ class CudaBackend : public Backend {
   absl::Status StateToHost(void* host_dst, const void* src, int64_t bytes) override;
   absl::Status StateFromHost(void* dst, const void* host_src, int64_t bytes) override;
 
-  absl::Status Run(const LayerSpec& spec, const LayerRun& run) override;
+  absl::StatusOr<AsyncCallId> Run(const LayerSpec& spec, const LayerRun& run) override;
+  AsyncCallReport TakeAsyncCallReport() override;
 
   absl::Status Reserve(const Model& model, int32_t max_sessions, int32_t max_tokens) override;
   int64_t scratch_bytes() const override { return scratch_bytes_.load(); }
 
  private:
-  // An asynchronous layer call whose input check has not been read: the tokens it added to
-  // each session's counts, taken back if the call turns out to have changed nothing.
-  struct PendingCall {
-    uint64_t id = 0;
-    int32_t layer = 0;
-    std::vector<std::pair<std::shared_ptr<TokenCounts>, int64_t>> tokens;
-  };
+  // Set in the number of a call made while its stream was captured: replays of it run later,
+  // in an order the engine does not know, so it is never reported as an asynchronous call.
+  static constexpr uint64_t kCapturedCall = uint64_t{1} << 63;
+  // Asynchronous calls between two copies of the input check's record (AdvanceProbe): few
+  // enough that the engine's ledger stays short, many enough that the copy costs nothing.
+  static constexpr int32_t kProbeInterval = 64;
 
   // Makes the engine's device current for the calling thread.
   absl::Status UseDevice();
@@ -64,17 +66,13 @@ class CudaBackend : public Backend {
   absl::Status WaitForLayerCalls();
   // Reads the input check's record after the work that may have written it has finished: an
   // error there becomes INVALID_ARGUMENT (the CPU's message; `earlier` says it belongs to an
-  // asynchronous call before this one), the failing call's id goes to *failed_call (0 when
-  // none) and the record is emptied.
+  // asynchronous call before this one), the failing call's number goes to *failed_call (0
+  // when none) and the record is emptied.
   absl::Status TakeInputError(bool earlier, uint64_t* failed_call);
-  // Settles pending_calls_ once every one of them has run and the record is read: the calls
-  // from `failed_call` on (a direct call's id; 0 or a captured call's: none) changed nothing,
-  // so their tokens are taken back; the list is emptied.
-  void SettlePendingCalls(uint64_t failed_call);
-  // Keeps pending_calls_ short without waiting: every kProbeInterval asynchronous calls, a
-  // copy of the record is enqueued (on probe_stream_, after every stream's work so far) into
-  // pinned host memory; once it has landed and shows no error, the calls it covers are known
-  // to have run and leave the list.
+  // Learns, without waiting, that asynchronous calls have run: every kProbeInterval of them,
+  // a copy of the record is enqueued (on probe_stream_, after every stream's work so far) into
+  // pinned host memory; once it has landed and shows no error, the calls it covers go into the
+  // report as settled.
   void AdvanceProbe();
   // Remembers that `stream` has asynchronous work of this engine.
   absl::Status TrackAsyncWork(cudaStream_t stream);
@@ -113,9 +111,12 @@ class CudaBackend : public Backend {
   std::vector<std::pair<cudaStream_t, cudaEvent_t>> pending_;  // streams with async work
 
   InputErrorRecord* input_error_ = nullptr;  // device memory: the input check's record
-  // Ids of layer calls (RawInputs::call), in call order; a captured call's has kCapturedCall.
+  // Numbers of layer calls (RawInputs::call), in call order; a captured call's has
+  // kCapturedCall.
   uint64_t next_call_ = 1;
-  std::deque<PendingCall> pending_calls_;  // direct asynchronous calls, oldest first
+  AsyncCallId last_async_call_ = kFinishedCall;  // the newest call Run returned unfinished
+  int32_t calls_since_probe_ = 0;  // asynchronous calls since the last probe was enqueued
+  AsyncCallReport report_;         // what TakeAsyncCallReport hands over next
   cudaStream_t probe_stream_ = nullptr;    // where AdvanceProbe's copies run
   InputErrorRecord* probe_copy_ = nullptr;  // pinned host memory
   cudaEvent_t probe_done_ = nullptr;

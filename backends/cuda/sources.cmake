@@ -2,6 +2,11 @@
 set(LUMEN_CUDA_DIR ${PROJECT_SOURCE_DIR}/backends/cuda)
 set(LUMEN_CUDA_SOURCES
   ${LUMEN_CUDA_DIR}/cuda_backend.cu
+  ${LUMEN_CUDA_DIR}/async_calls.cu
+  ${LUMEN_CUDA_DIR}/run_layer.cu
+  ${LUMEN_CUDA_DIR}/step_path.cu
+  ${LUMEN_CUDA_DIR}/prefill_path.cu
+  ${LUMEN_CUDA_DIR}/scratch_plan.cu
   ${LUMEN_CUDA_DIR}/state_pool.cu
   ${LUMEN_CUDA_DIR}/kernels/recurrent_step.cu
   ${LUMEN_CUDA_DIR}/kernels/pipelined_step.cu

@@ -36,7 +36,7 @@
 namespace {
 
 using lumen::cuda::ChunkwiseArgs;
-using lumen::cuda::Decay;
+using lumen::GateKind;
 
 #define CHECK_CUDA(call)                                                                   \
   do {                                                                                     \
@@ -50,21 +50,21 @@ using lumen::cuda::Decay;
 
 struct Family {
   const char* name;
-  Decay decay;
+  GateKind decay;
   bool delta;
   bool normalize;
   double reference_ms;  // fla's Triton on the H200, B = 4 x T = 8192 (0: none given)
 };
 
 constexpr Family kFamilies[] = {
-    {"linear_attn", Decay::kNone, false, false, 0.0},
-    {"linear_attn+norm", Decay::kNone, false, true, 0.0},
-    {"retention", Decay::kScalar, false, false, 0.0},
-    {"ssd", Decay::kScalar, false, false, 0.86},
-    {"gla", Decay::kPerChannel, false, false, 2.98},
-    {"delta_net", Decay::kNone, true, false, 2.10},
-    {"gated_delta_net", Decay::kScalar, true, false, 1.90},
-    {"kda", Decay::kPerChannel, true, false, 3.88},
+    {"linear_attn", GateKind::kNone, false, false, 0.0},
+    {"linear_attn+norm", GateKind::kNone, false, true, 0.0},
+    {"retention", GateKind::kScalar, false, false, 0.0},
+    {"ssd", GateKind::kScalar, false, false, 0.86},
+    {"gla", GateKind::kPerChannel, false, false, 2.98},
+    {"delta_net", GateKind::kNone, true, false, 2.10},
+    {"gated_delta_net", GateKind::kScalar, true, false, 1.90},
+    {"kda", GateKind::kPerChannel, true, false, 3.88},
 };
 
 const Family& FamilyNamed(const std::string& name) {
@@ -121,7 +121,7 @@ Inputs MakeInputs(const Problem& p, std::mt19937_64& rng) {
   }
   in.v.resize(t * hv * vd);
   for (auto& x : in.v) x = sym(rng);
-  if (p.family.decay == Decay::kScalar) {
+  if (p.family.decay == GateKind::kScalar) {
     in.g.resize(t * hv);
     const bool retention = std::strcmp(p.family.name, "retention") == 0;
     for (int64_t r = 0; r < t; ++r) {
@@ -130,7 +130,7 @@ Inputs MakeInputs(const Problem& p, std::mt19937_64& rng) {
                                      : -p.decay_strength * unit(rng);
       }
     }
-  } else if (p.family.decay == Decay::kPerChannel) {
+  } else if (p.family.decay == GateKind::kPerChannel) {
     in.g.resize(t * hv * kd);
     for (auto& x : in.g) x = -p.decay_strength * unit(rng);
   }
@@ -165,9 +165,9 @@ Results Reference(const Problem& p, const Inputs& in) {
       const float* q = in.q.data() + (t * h + qk_head) * kd;
       const float* k = in.k.data() + (t * h + qk_head) * kd;
       const float* v = in.v.data() + (t * hv + head) * vd;
-      if (p.family.decay == Decay::kScalar) {
+      if (p.family.decay == GateKind::kScalar) {
         std::fill(decay.begin(), decay.end(), std::exp(double(in.g[t * hv + head])));
-      } else if (p.family.decay == Decay::kPerChannel) {
+      } else if (p.family.decay == GateKind::kPerChannel) {
         for (int64_t i = 0; i < kd; ++i) decay[i] = std::exp(double(in.g[(t * hv + head) * kd + i]));
       }
       for (int64_t i = 0; i < kd; ++i) {
@@ -324,7 +324,7 @@ struct DeviceProblem {
       piece.q = q + begin * h * p.key_dim;
       piece.k = k + begin * h * p.key_dim;
       piece.v = v + begin * hv * p.value_dim;
-      if (g) piece.log_decay = g + begin * hv * (p.family.decay == Decay::kPerChannel ? p.key_dim : 1);
+      if (g) piece.log_decay = g + begin * hv * (p.family.decay == GateKind::kPerChannel ? p.key_dim : 1);
       if (beta) piece.beta = beta + begin * hv;
       piece.o = o + begin * hv * p.value_dim;
       piece.max_seqlen = length;
@@ -561,8 +561,8 @@ void Benchmark(const Family& f, std::mt19937_64& rng, cudaStream_t stream, doubl
   const double tflops = ChunkwiseFlops(f, 4 * 8192, 32, 128, 128) / (ms * 1e-3) / 1e12;
   // Fewest bytes: q, k, v, o, the gate and beta once, the states read and written once.
   double bytes = 4.0 * 4 * 8192 * 32 * (128 * 3 + 128);
-  if (f.decay == Decay::kScalar) bytes += 4.0 * 4 * 8192 * 32;
-  if (f.decay == Decay::kPerChannel) bytes += 4.0 * 4 * 8192 * 32 * 128;
+  if (f.decay == GateKind::kScalar) bytes += 4.0 * 4 * 8192 * 32;
+  if (f.decay == GateKind::kPerChannel) bytes += 4.0 * 4 * 8192 * 32 * 128;
   if (f.delta) bytes += 4.0 * 4 * 8192 * 32;
   bytes += 2 * 4.0 * 4 * 32 * 128 * 128;
   char ref[64] = "      -";

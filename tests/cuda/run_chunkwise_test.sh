@@ -12,7 +12,7 @@ shift || true
 out=build/chunkwise${PORTABLE:+-portable}
 mkdir -p "$logs" "$out"
 nvcc=${NVCC:-nvcc}
-flags=(-O3 -std=c++17 --threads 0 -I. -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90)
+flags=(-O3 -std=c++17 --threads 0 -I. -Icapi/include -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90)
 if [[ -n "${PORTABLE:-}" ]]; then flags+=(-DLUMEN_GPU_PORTABLE); fi
 "$nvcc" "${flags[@]}" -Xptxas -v -c backends/cuda/kernels/chunkwise.cu -o "$out/chunkwise.o" \
   > "$logs/ptxas.log" 2>&1 &

@@ -36,7 +36,7 @@ struct Config {
 
 std::vector<Config> AllConfigs() {
   std::vector<Config> configs;
-  for (GateKind gate : {GateKind::kNone, GateKind::kScalar, GateKind::kVector}) {
+  for (GateKind gate : {GateKind::kNone, GateKind::kScalar, GateKind::kPerChannel}) {
     for (bool delta : {false, true}) {
       const char* gate_name = gate == GateKind::kNone     ? "none"
                               : gate == GateKind::kScalar ? "scalar"
@@ -404,7 +404,7 @@ TEST_CASE("Both forms match the float64 recurrence", "[kernels][cpu]") {
 TEST_CASE("Log-decays down to -40 per token keep whole chunks and precision",
           "[kernels][cpu]") {
   std::mt19937_64 rng(0x5eed0005);
-  for (GateKind gate : {GateKind::kScalar, GateKind::kVector}) {
+  for (GateKind gate : {GateKind::kScalar, GateKind::kPerChannel}) {
     for (bool delta : {false, true}) {
       Config config;
       config.rule.gate = gate;

@@ -218,16 +218,16 @@ __device__ void PrefixSumColumns(float* a, int stride, float* totals) {
 
 // Per-token scalars of a chunk: the cumulative scalar log-decay b_t (kScalar) and beta_t
 // (delta rule), zero past the chunk's end. `scratch` holds kChunk floats.
-template <Decay kDecay, bool kDelta>
+template <GateKind kDecay, bool kDelta>
 __device__ void LoadTokenScalars(const ChunkwiseArgs& args, const ChunkSpan& span,
                                  int32_t value_head, float* decay, float* beta, float* scratch) {
   const int t = threadIdx.x;
   const int64_t row = static_cast<int64_t>(span.start + t) * args.num_value_heads + value_head;
   if (t < kChunk) {
-    if (kDecay == Decay::kScalar) scratch[t] = t < span.length ? args.log_decay[row] : 0.0f;
+    if (kDecay == GateKind::kScalar) scratch[t] = t < span.length ? args.log_decay[row] : 0.0f;
     if (kDelta) beta[t] = t < span.length ? args.beta[row] : 0.0f;
   }
-  if (kDecay != Decay::kScalar) return;
+  if (kDecay != GateKind::kScalar) return;
   __syncthreads();
   if (t < kChunk) {
     float sum = 0.0f;
@@ -294,7 +294,7 @@ constexpr int kIntraRegionFloats = std::max(8 * kIntraSlabFloats, kChunk * kSqua
 // Accumulates the raw (t, s) sums of P and, for the delta rule, of A over one slab of key
 // channels. Thread (ty, tx) owns rows t = ty + 16 i and columns s = tx + 16 j, so pair (i, j)
 // is sub-chunk pair (i, j): for j < i the scaled operands, for j == i the exact factors.
-template <Decay kDecay, bool kDelta>
+template <GateKind kDecay, bool kDelta>
 __device__ void AccumulateScores(const float* q_raw, const float* k_raw, const float* b,
                                  const float* q_scaled, const float* k_scaled,
                                  const float* k_minus, float (&p)[4][4], float (&a)[4][4]) {
@@ -309,7 +309,7 @@ __device__ void AccumulateScores(const float* q_raw, const float* k_raw, const f
       ks[i] = k_raw[(tx + 16 * i) * kIntraStride + c];
       if (kDelta) kt[i] = k_raw[(ty + 16 * i) * kIntraStride + c];
     }
-    if (kDecay != Decay::kPerChannel) {
+    if (kDecay != GateKind::kPerChannel) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
 #pragma unroll
@@ -350,7 +350,7 @@ __device__ void AccumulateScores(const float* q_raw, const float* k_raw, const f
 // independent, so each thread solves whole columns in registers, reading A (row stride
 // kSquareStride, zero past the chunk) as broadcasts. The key columns are W, the value
 // columns U.
-template <Decay kDecay>
+template <GateKind kDecay>
 __device__ void SolveTransform(const ChunkwiseArgs& args, const ChunkSpan& span,
                                int32_t value_head, const float* k, int64_t qk_row,
                                const float* v, int64_t v_row, const float* a,
@@ -364,7 +364,7 @@ __device__ void SolveTransform(const ChunkwiseArgs& args, const ChunkSpan& span,
     float x[kChunk];
 #pragma unroll
     for (int t = 0; t < kChunk; ++t) x[t] = t < span.length ? __ldg(source + t * stride) : 0.0f;
-    if (is_key && kDecay == Decay::kPerChannel) {
+    if (is_key && kDecay == GateKind::kPerChannel) {
       float b = 0.0f;
 #pragma unroll
       for (int t0 = 0; t0 < kChunk; t0 += kSubChunk) {
@@ -383,7 +383,7 @@ __device__ void SolveTransform(const ChunkwiseArgs& args, const ChunkSpan& span,
 #pragma unroll
     for (int t = 0; t < kChunk; ++t) {
       x[t] *= beta[t];
-      if (kDecay == Decay::kScalar && is_key) x[t] *= __expf(decay[t]);
+      if (kDecay == GateKind::kScalar && is_key) x[t] *= __expf(decay[t]);
     }
 #pragma unroll
     for (int t = 1; t < kChunk; ++t) {
@@ -407,9 +407,9 @@ __device__ void SolveTransform(const ChunkwiseArgs& args, const ChunkSpan& span,
 }
 
 // kda's kernel needs more than 128 registers per thread: one block per multiprocessor.
-template <Decay kDecay, bool kDelta, bool kNormalize>
+template <GateKind kDecay, bool kDelta, bool kNormalize>
 __global__ void __launch_bounds__(kIntraThreads,
-                                  kDecay == Decay::kPerChannel && kDelta ? 1 : kIntraBlocksPerSm)
+                                  kDecay == GateKind::kPerChannel && kDelta ? 1 : kIntraBlocksPerSm)
 IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
                  float* scratch) {
   __shared__ __align__(16) float region[kIntraRegionFloats];
@@ -428,7 +428,7 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
   const float* k = block.k;
 
   LoadTokenScalars<kDecay, kDelta>(args, span, block.value_head, decay, beta, totals);
-  if (kDecay == Decay::kScalar && layout.token_decay > 0 && threadIdx.x < kChunk) {
+  if (kDecay == GateKind::kScalar && layout.token_decay > 0 && threadIdx.x < kChunk) {
     slot[layout.token_decay + threadIdx.x] = decay[threadIdx.x];  // b_t for launch 3a
   }
 
@@ -451,7 +451,7 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         [&](int t, int c, float value) {
           (c < kIntraSlab ? q_raw : k_raw)[t * kIntraStride + c % kIntraSlab] = value;
         });
-    if (kDecay == Decay::kPerChannel) {
+    if (kDecay == GateKind::kPerChannel) {
       LoadCumulativeDecay<kIntraSlab, kIntraThreads>(args, span, block.value_head, k0, b,
                                                      kIntraStride, totals);
       // r_i = b at the last token of sub-chunk i - 1 (0 before the chunk).
@@ -492,7 +492,7 @@ IntraChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
       const int s = tx + 16 * j;
       const bool keep = s <= t && t < span.length;
       float factor = keep ? 1.0f : 0.0f;
-      if (kDecay == Decay::kScalar && keep) factor = __expf(decay[t] - decay[s]);
+      if (kDecay == GateKind::kScalar && keep) factor = __expf(decay[t] - decay[s]);
       slot[layout.scores + t * kChunk + s] = p[i][j] * factor;
       if (kDelta) a_matrix[t * kSquareStride + s] = s < t ? beta[t] * a[i][j] * factor : 0.0f;
     }
@@ -550,7 +550,7 @@ constexpr int kScoresPerThread = kChunk * kChunk / kInterThreads;
 constexpr int kInterRegionFloats =
     std::max(2 * kSlabFloats + kStateSlabFloats, kTileFloats + kSlabFloats);
 
-template <Decay kDecay, bool kDelta, bool kNormalize>
+template <GateKind kDecay, bool kDelta, bool kNormalize>
 __global__ void __launch_bounds__(kInterThreads, kInterBlocksPerSm)
 InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
                  float* scratch) {
@@ -592,7 +592,7 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
     const float* q = args.q + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
     const float* k = args.k + static_cast<int64_t>(span.start) * qk_row + head * key_dim;
     LoadTokenScalars<kDecay, false>(args, span, grid.value_head, decay, nullptr, totals);
-    if (kDecay == Decay::kScalar) {
+    if (kDecay == GateKind::kScalar) {
       if (threadIdx.x < kChunk) {
         const int t = threadIdx.x;
         decay_up[t] = __expf(decay[t]);
@@ -606,7 +606,7 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
     float x[4][4] = {};
     float q_dot_z[4] = {};
     for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
-      if (kDecay == Decay::kPerChannel) {
+      if (kDecay == GateKind::kPerChannel) {
         LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, grid.value_head, k0, q_hat,
                                                        kSlabStride, totals);
       }
@@ -644,8 +644,8 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
           const int t = e / kInterSlab;
           const int c = e % kInterSlab;
           float value = q_values[i];
-          if (kDecay == Decay::kScalar) value *= decay_up[t];
-          if (kDecay == Decay::kPerChannel) value *= __expf(q_hat[t * kSlabStride + c]);
+          if (kDecay == GateKind::kScalar) value *= decay_up[t];
+          if (kDecay == GateKind::kPerChannel) value *= __expf(q_hat[t * kSlabStride + c]);
           q_hat[t * kSlabStride + c] = value;
           if (kDelta) w[t * kSlabStride + c] = w_values[i];
         }
@@ -750,7 +750,7 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
     // S = exp(b_C) ⊙ S0 + (K ⊙ exp(b_C - b))^T U', a slab of key rows at a time.
     const int row0 = 4 * ty;  // rows row0 .. row0 + 3 of the slab; ty < 16 covers 64
     for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
-      if (kDecay == Decay::kPerChannel) {
+      if (kDecay == GateKind::kPerChannel) {
         LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, grid.value_head, k0, k_end,
                                                        kSlabStride, totals);
         if (threadIdx.x < kInterSlab) {
@@ -782,8 +782,8 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         const int t = e / kInterSlab;
         const int c = e % kInterSlab;
         float value = k_values[i];
-        if (kDecay == Decay::kScalar) value *= decay_down[t];
-        if (kDecay == Decay::kPerChannel) value *= __expf(decay_end[c] - k_end[t * kSlabStride + c]);
+        if (kDecay == GateKind::kScalar) value *= decay_down[t];
+        if (kDecay == GateKind::kPerChannel) value *= __expf(decay_end[c] - k_end[t * kSlabStride + c]);
         k_end[t * kSlabStride + c] = value;
       }
       __syncthreads();
@@ -804,8 +804,8 @@ InterChunkKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round 
         const int32_t key = k0 + row0 + i;
         if (key >= key_dim) continue;
         float factor = 1.0f;
-        if (kDecay == Decay::kScalar) factor = decay_up[length - 1];
-        if (kDecay == Decay::kPerChannel) factor = __expf(decay_end[row0 + i]);
+        if (kDecay == GateKind::kScalar) factor = decay_up[length - 1];
+        if (kDecay == GateKind::kPerChannel) factor = __expf(decay_end[row0 + i]);
         float* state_row = state + static_cast<int64_t>(key) * value_dim;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -943,7 +943,7 @@ __device__ __forceinline__ bool QuadAligned(const float* base, int64_t row, int3
   return reinterpret_cast<uintptr_t>(base) % 16 == 0 && row % 4 == 0 && columns % 4 == 0;
 }
 
-template <Decay kDecay, bool kDelta>
+template <GateKind kDecay, bool kDelta>
 __global__ void __launch_bounds__(kInterThreads, kTensorBlocksPerSm)
 StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
                       float* scratch) {
@@ -1027,7 +1027,7 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
       }
     }
     float chunk_factor = 1.0f;  // exp(b_C), scalar decay
-    if (kDecay == Decay::kScalar) {
+    if (kDecay == GateKind::kScalar) {
       const float* b = slot + layout.token_decay;
       const float end = b[length - 1];
       chunk_factor = __expf(end);
@@ -1036,7 +1036,7 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
         token_factor[t] = t < length ? __expf(end - b[t]) : 0.0f;
       }
     }
-    if (kDecay == Decay::kPerChannel) {
+    if (kDecay == GateKind::kPerChannel) {
       for (int32_t key = threadIdx.x; key < key_slabs * kInterSlab; key += kInterThreads) {
         key_factor[key] = key < key_dim ? __expf(slot[layout.decay_end + key]) : 0.0f;
       }
@@ -1083,7 +1083,7 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
     for (int m = 0; m < kRegisterWalkSlabs; ++m) {
       if (m >= key_slabs) break;
       const int32_t k0 = kInterSlab * m;
-      if (kDecay == Decay::kPerChannel) {  // K^ from launch 1
+      if (kDecay == GateKind::kPerChannel) {  // K^ from launch 1
         StageTile<kChunk, kInterSlab>(slot + layout.key_end + k0, key_dim, kChunk,
                                       key_dim - k0, slab, kRowStrideColumnA, key_quads);
         CopyAsyncWaitAll();
@@ -1091,7 +1091,7 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
         StageTile<kChunk, kInterSlab>(k + k0, qk_row, length, key_dim - k0, slab,
                                       kRowStrideColumnA, input_quads);
         CopyAsyncWaitAll();
-        if (kDecay == Decay::kScalar) {
+        if (kDecay == GateKind::kScalar) {
           __syncthreads();  // token_factor
           ScaleStagedTile<kChunk, kInterSlab>(
               slab, kRowStrideColumnA, input_quads,
@@ -1107,8 +1107,8 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float factor = 1.0f;
-          if (kDecay == Decay::kScalar) factor = chunk_factor;
-          if (kDecay == Decay::kPerChannel) factor = key_factor[k0 + row_of(e)];
+          if (kDecay == GateKind::kScalar) factor = chunk_factor;
+          if (kDecay == GateKind::kPerChannel) factor = key_factor[k0 + row_of(e)];
           s[m][n][e] = fmaf(factor, s[m][n][e], acc[n][e]);
         }
       }
@@ -1121,7 +1121,7 @@ StateWalkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const R
   });
 }
 
-template <Decay kDecay, bool kDelta>
+template <GateKind kDecay, bool kDelta>
 __global__ void __launch_bounds__(kInterThreads, kTensorBlocksPerSm)
 ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
                         const float* scratch) {
@@ -1160,7 +1160,7 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
   float* p = region + kChunk * kRowStrideB;         // [C, C] P
 
   LoadTokenScalars<kDecay, false>(args, span, grid.value_head, decay, nullptr, totals);
-  if (kDecay == Decay::kScalar) {
+  if (kDecay == GateKind::kScalar) {
     if (threadIdx.x < kChunk) decay_up[threadIdx.x] = __expf(decay[threadIdx.x]);
     __syncthreads();
   }
@@ -1168,14 +1168,14 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
   // O = (Q ⊙ exp(b)) S0.
   float out[kTensorValueTiles][4] = {};
   for (int32_t k0 = 0; k0 < key_dim; k0 += kInterSlab) {
-    if (kDecay == Decay::kPerChannel) {
+    if (kDecay == GateKind::kPerChannel) {
       LoadCumulativeDecay<kInterSlab, kInterThreads>(args, span, grid.value_head, k0, q_hat,
                                                      kRowStrideA, totals);
     }
     StageTile<kInterSlab, kValueTile>(
         slot + layout.start_state + static_cast<int64_t>(k0) * value_dim + v0, value_dim,
         key_dim - k0, value_dim - v0, s_slab, kRowStrideB, state_quads);
-    if (kDecay == Decay::kPerChannel) {  // q_hat holds b_t: scale as the values arrive
+    if (kDecay == GateKind::kPerChannel) {  // q_hat holds b_t: scale as the values arrive
       ForEachInTile<kInterSlab, kInterThreads>(
           [&](int t, int c) {
             return t < length && k0 + c < key_dim ? __ldg(q + t * qk_row + k0 + c) : 0.0f;
@@ -1188,7 +1188,7 @@ ChunkOutputTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const
       StageTile<kChunk, kInterSlab>(q + k0, qk_row, length, key_dim - k0, q_hat, kRowStrideA,
                                     input_quads);
       CopyAsyncWaitAll();
-      if (kDecay == Decay::kScalar) {
+      if (kDecay == GateKind::kScalar) {
         ScaleStagedTile<kChunk, kInterSlab>(
             q_hat, kRowStrideA, input_quads,
             [&](int t, int, float value) { return value * decay_up[t]; });
@@ -1262,14 +1262,14 @@ struct IntraTensorShared {
 };
 
 __host__ __device__ inline IntraTensorShared IntraTensorSharedLayout(int32_t key_dim,
-                                                                      Decay decay, bool delta) {
+                                                                      GateKind decay, bool delta) {
   IntraTensorShared layout;
   layout.key_stride = (key_dim + 7) / 8 * 8 + 4;
   const int rows = kChunk * layout.key_stride;
   const int solve = delta ? kSquareFloats + kInverseFloats : 0;
   layout.keys = delta && kSolveStride > layout.key_stride ? kChunk * kSolveStride : rows;
   layout.third = layout.keys + rows;
-  const int third = decay == Decay::kPerChannel ? (rows > solve ? rows : solve) : solve;
+  const int third = decay == GateKind::kPerChannel ? (rows > solve ? rows : solve) : solve;
   layout.total = layout.third + third;
   return layout;
 }
@@ -1443,7 +1443,7 @@ __device__ __forceinline__ void ScoreTile(int index, int& row_block, int& tile) 
   tile = index;
 }
 
-template <Decay kDecay, bool kDelta>
+template <GateKind kDecay, bool kDelta>
 __global__ void __launch_bounds__(kInterThreads, kIntraTensorBlocksPerSm)
 IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const Round round,
                        float* scratch) {
@@ -1451,7 +1451,7 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
   __shared__ float decay[kChunk];  // b_t, scalar decay
   __shared__ float beta[kChunk];
   __shared__ float totals[kChunk];
-  constexpr bool kChannels = kDecay == Decay::kPerChannel;
+  constexpr bool kChannels = kDecay == GateKind::kPerChannel;
   constexpr int kItems = kScoreItems<kChannels>;
 
   ChunkBlock block;
@@ -1474,7 +1474,7 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
   float* inverse = b_s + kSquareFloats;  // [C, kInverseStride] D_i, block row i
 
   LoadTokenScalars<kDecay, kDelta>(args, span, block.value_head, decay, beta, totals);
-  if (kDecay == Decay::kScalar && threadIdx.x < kChunk) {
+  if (kDecay == GateKind::kScalar && threadIdx.x < kChunk) {
     slot[layout.token_decay + threadIdx.x] = decay[threadIdx.x];  // b_t for launch 3a
   }
   const bool quads = QuadAligned(args.q + head * key_dim, qk_row, key_dim) &&
@@ -1568,7 +1568,7 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
   // Mask, apply the scalar decay factors, store P; p and a become final P and A entries.
   auto finish = [&](int t, int s, float& pv, float& av) {
     float factor = 1.0f;
-    if (kDecay == Decay::kScalar && s <= t) factor = __expf(decay[t] - decay[s]);
+    if (kDecay == GateKind::kScalar && s <= t) factor = __expf(decay[t] - decay[s]);
     pv = s <= t && t < length ? pv * factor : 0.0f;
     av = s < t && t < length ? beta[t] * av * factor : 0.0f;
   };
@@ -1621,7 +1621,7 @@ IntraChunkTensorKernel(const ChunkwiseArgs args, const SlotLayout layout, const 
     float4& kq = *reinterpret_cast<float4*>(k_s + t * stride + c);
     float4 value = kq;
     float factor = beta[t];
-    if (kDecay == Decay::kScalar) factor *= __expf(decay[t]);
+    if (kDecay == GateKind::kScalar) factor *= __expf(decay[t]);
     if (kChannels) {
       const float4 bq = *reinterpret_cast<const float4*>(b_s + t * stride + c);
       value.x *= factor * __expf(bq.x);
@@ -1726,11 +1726,11 @@ bool ArgsValid(const ChunkwiseArgs& args) {
   if (args.key_dim <= 0 || args.value_dim <= 0) return false;
   if (args.num_sequences == 0 || args.max_seqlen == 0) return true;
   if (!args.q || !args.k || !args.v || !args.o || !args.states || !args.cu_seqlens) return false;
-  if ((args.decay != Decay::kNone) != (args.log_decay != nullptr)) return false;
+  if ((args.decay != GateKind::kNone) != (args.log_decay != nullptr)) return false;
   if (args.delta_rule != (args.beta != nullptr)) return false;
   if (args.normalize) {
     // z never decays and the delta rule has no normalizer: only plain linear attention.
-    if (!args.normalizers || args.decay != Decay::kNone || args.delta_rule) return false;
+    if (!args.normalizers || args.decay != GateKind::kNone || args.delta_rule) return false;
   }
   return true;
 }
@@ -1750,8 +1750,8 @@ bool UsesSplitWalk(const ChunkwiseArgs& args) {
 // kernel (four warps a block, two blocks a multiprocessor, its solve a serial chain of block
 // rows) measured slower (B = 4 x T = 8192: delta_net 8.33 against 7.16 ms, gated_delta_net
 // 8.95 against 7.70), though it computes those families too.
-template <Decay kDecay, bool kDelta, bool kNormalize>
-constexpr bool kTensorIntraChunk = !kNormalize && (kDecay == Decay::kPerChannel || !kDelta);
+template <GateKind kDecay, bool kDelta, bool kNormalize>
+constexpr bool kTensorIntraChunk = !kNormalize && (kDecay == GateKind::kPerChannel || !kDelta);
 
 // One unit of scratch: one chunk of one sequence, every value head.
 int64_t UnitBytes(const Plan& plan, const ChunkwiseArgs& args) {
@@ -1776,11 +1776,11 @@ Plan MakePlan(const ChunkwiseArgs& args) {
   if (UsesSplitWalk(args)) {
     layout.start_state = offset;
     offset += int64_t{args.key_dim} * args.value_dim;
-    if (args.decay == Decay::kScalar) {
+    if (args.decay == GateKind::kScalar) {
       layout.token_decay = offset;
       offset += kChunk;
     }
-    if (args.decay == Decay::kPerChannel) {
+    if (args.decay == GateKind::kPerChannel) {
       layout.key_end = offset;
       offset += int64_t{kChunk} * args.key_dim;
       layout.decay_end = offset;
@@ -1833,7 +1833,7 @@ cudaError_t AllowDynamicSharedMemory(int bytes) {
 }
 #endif
 
-template <Decay kDecay, bool kDelta, bool kNormalize>
+template <GateKind kDecay, bool kDelta, bool kNormalize>
 cudaError_t LaunchRounds(const ChunkwiseArgs& args, const Plan& plan, float* scratch,
                          cudaStream_t stream) {
   const SlotLayout& layout = plan.layout;
@@ -1929,7 +1929,7 @@ ChunkwiseArgs SizingArgs(ChunkwiseArgs shape) {
   static float* placeholder_table[1] = {&placeholder};
   static int32_t placeholder_offsets[1];
   shape.q = shape.k = shape.v = shape.o = &placeholder;
-  shape.log_decay = shape.decay != Decay::kNone ? &placeholder : nullptr;
+  shape.log_decay = shape.decay != GateKind::kNone ? &placeholder : nullptr;
   shape.beta = shape.delta_rule ? &placeholder : nullptr;
   shape.states = placeholder_table;
   shape.normalizers = shape.normalize ? placeholder_table : nullptr;
@@ -1967,19 +1967,19 @@ cudaError_t LaunchChunkwise(const ChunkwiseArgs& args, void* scratch, cudaStream
   if (!scratch) return cudaErrorInvalidValue;
   const Plan plan = MakePlan(args);
   float* buffer = static_cast<float*>(scratch);
-  if (args.normalize) return LaunchRounds<Decay::kNone, false, true>(args, plan, buffer, stream);
+  if (args.normalize) return LaunchRounds<GateKind::kNone, false, true>(args, plan, buffer, stream);
   switch (args.decay) {
-    case Decay::kNone:
-      return args.delta_rule ? LaunchRounds<Decay::kNone, true, false>(args, plan, buffer, stream)
-                             : LaunchRounds<Decay::kNone, false, false>(args, plan, buffer, stream);
-    case Decay::kScalar:
+    case GateKind::kNone:
+      return args.delta_rule ? LaunchRounds<GateKind::kNone, true, false>(args, plan, buffer, stream)
+                             : LaunchRounds<GateKind::kNone, false, false>(args, plan, buffer, stream);
+    case GateKind::kScalar:
       return args.delta_rule
-                 ? LaunchRounds<Decay::kScalar, true, false>(args, plan, buffer, stream)
-                 : LaunchRounds<Decay::kScalar, false, false>(args, plan, buffer, stream);
-    case Decay::kPerChannel:
+                 ? LaunchRounds<GateKind::kScalar, true, false>(args, plan, buffer, stream)
+                 : LaunchRounds<GateKind::kScalar, false, false>(args, plan, buffer, stream);
+    case GateKind::kPerChannel:
       return args.delta_rule
-                 ? LaunchRounds<Decay::kPerChannel, true, false>(args, plan, buffer, stream)
-                 : LaunchRounds<Decay::kPerChannel, false, false>(args, plan, buffer, stream);
+                 ? LaunchRounds<GateKind::kPerChannel, true, false>(args, plan, buffer, stream)
+                 : LaunchRounds<GateKind::kPerChannel, false, false>(args, plan, buffer, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -5,15 +5,9 @@
 #include <cstdint>
 
 #include "backends/cuda/gpu_compat.cuh"
+#include "src/layer_traits.h"
 
 namespace lumen::cuda {
-
-// How a head's state decays before each token's write (docs/spec.md §2).
-enum class Decay : int32_t {
-  kNone = 0,        // linear_attn, delta_net
-  kScalar = 1,      // retention, ssd, gated_delta_net: one log-decay per token and head
-  kPerChannel = 2,  // gla, kda: one log-decay per token, head and key channel
-};
 
 // One prefill call, already validated and prepared by the backend. Every pointer is device
 // memory; the tokens of all sequences are concatenated along T.
@@ -34,7 +28,7 @@ struct ChunkwiseArgs {
   int32_t num_value_heads = 0;  // HV, a multiple of H; value head hv reads q/k head hv / (HV / H)
   int32_t key_dim = 0;          // K, any value the model accepts (1 .. 16384)
   int32_t value_dim = 0;        // V, likewise
-  Decay decay = Decay::kNone;
+  GateKind decay = GateKind::kNone;
   bool delta_rule = false;      // delta_net, gated_delta_net, kda
   bool normalize = false;       // o = (S^T q) / (q . z + normalize_eps), z += k per token
   float normalize_eps = 1e-6f;

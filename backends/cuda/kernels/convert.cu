@@ -31,7 +31,7 @@ __global__ void NarrowKernel(const float* const* wide, void* const* stored, int6
   }
 }
 
-__global__ void ToFloatsKernel(const void* src, int32_t dtype, float* dst, int64_t count) {
+__global__ void ToFloatsKernel(const void* src, DType dtype, float* dst, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * kThreads) {
     dst[i] = LoadElement(src, i, dtype);
@@ -40,7 +40,7 @@ __global__ void ToFloatsKernel(const void* src, int32_t dtype, float* dst, int64
 
 __global__ void FinishOutputKernel(const float* o32, const float* x, const float* d_skip,
                                    int32_t num_value_heads, int32_t value_dim, void* o,
-                                   int32_t dtype, int64_t count,
+                                   DType dtype, int64_t count,
                                    const InputErrorRecord* record) {
   if (InputFailed(record)) return;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < count;
@@ -78,7 +78,7 @@ cudaError_t LaunchNarrowStates(const float* const* wide, void* const* stored, in
   return cudaSuccess;
 }
 
-cudaError_t LaunchToFloats(const void* src, int32_t dtype, float* dst, int64_t count,
+cudaError_t LaunchToFloats(const void* src, DType dtype, float* dst, int64_t count,
                            cudaStream_t stream) {
   if (dst == nullptr || count == 0) return cudaSuccess;
   ToFloatsKernel<<<Grid(count, 1), kThreads, 0, stream>>>(src, dtype, dst, count);
@@ -87,7 +87,7 @@ cudaError_t LaunchToFloats(const void* src, int32_t dtype, float* dst, int64_t c
 
 cudaError_t LaunchFinishOutput(const float* o32, const float* x, const float* d_skip,
                                int32_t num_value_heads, int32_t value_dim, void* o,
-                               int32_t dtype, int64_t count, const InputErrorRecord* record,
+                               DType dtype, int64_t count, const InputErrorRecord* record,
                                cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   FinishOutputKernel<<<Grid(count, 1), kThreads, 0, stream>>>(o32, x, d_skip, num_value_heads,

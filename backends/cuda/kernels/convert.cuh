@@ -25,7 +25,7 @@ namespace lumen::cuda {
 
 // dst[0..count) = src[0..count) read as `dtype` (a lumen_dtype value), in fp32 (nothing when
 // dst is null).
-cudaError_t LaunchToFloats(const void* src, int32_t dtype, float* dst, int64_t count,
+cudaError_t LaunchToFloats(const void* src, DType dtype, float* dst, int64_t count,
                            cudaStream_t stream);
 
 // The output of a call: o[i] = o32[i] (+ D[head] * x[i], Mamba-2's skip, when x and d_skip are
@@ -33,7 +33,7 @@ cudaError_t LaunchToFloats(const void* src, int32_t dtype, float* dst, int64_t c
 // Writes nothing while the input check's record holds an error.
 cudaError_t LaunchFinishOutput(const float* o32, const float* x, const float* d_skip,
                                int32_t num_value_heads, int32_t value_dim, void* o,
-                               int32_t dtype, int64_t count, const InputErrorRecord* record,
+                               DType dtype, int64_t count, const InputErrorRecord* record,
                                cudaStream_t stream);
 
 }  // namespace lumen::cuda

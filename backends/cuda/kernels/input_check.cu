@@ -23,7 +23,7 @@ struct CheckedTensor {
 
 struct CheckArgs {
   CheckedTensor tensors[5];  // kInputQ .. kInputBeta
-  int32_t dtype = kFloat32;
+  DType dtype = DType::kFloat32;
   unsigned long long call = 0;
 };
 
@@ -123,7 +123,7 @@ cudaError_t ClearInputErrorRecord(InputErrorRecord* record, cudaStream_t stream)
 
 cudaError_t LaunchCheckInputs(const LayerConfig& layer, const RawInputs& inputs,
                               int64_t num_tokens, int32_t num_sessions, int32_t* cu_seqlens,
-                              bool check_values, bool hold_sequences, InputErrorRecord* record,
+                              bool hold_sequences, InputErrorRecord* record,
                               cudaStream_t stream) {
   const int64_t H = layer.num_heads, HV = layer.num_value_heads;
   const int64_t K = layer.key_dim, V = layer.value_dim;
@@ -132,8 +132,8 @@ cudaError_t LaunchCheckInputs(const LayerConfig& layer, const RawInputs& inputs,
   args.call = inputs.call;
   args.tensors[kInputQ] = {inputs.q, num_tokens * H * K, H, K, kDomainFinite};
   args.tensors[kInputK] = {inputs.k, num_tokens * H * K, H, K, kDomainFinite};
-  if (inputs.g != nullptr && layer.fixed_log_decay == nullptr && layer.gate != kGateNone) {
-    const int64_t per_head = layer.gate == kGatePerChannel ? K : 1;
+  if (inputs.g != nullptr && layer.fixed_log_decay == nullptr && layer.gate != GateKind::kNone) {
+    const int64_t per_head = layer.gate == GateKind::kPerChannel ? K : 1;
     args.tensors[kInputG] = {inputs.g, num_tokens * HV * per_head, HV, per_head,
                              layer.gate_raw ? kDomainFinite : kDomainLogGate};
   }
@@ -143,11 +143,7 @@ cudaError_t LaunchCheckInputs(const LayerConfig& layer, const RawInputs& inputs,
                                 layer.beta_sigmoid ? kDomainFinite : kDomainUnit};
   }
   int64_t largest = 0;
-  if (check_values) {
-    for (const CheckedTensor& t : args.tensors) largest = std::max(largest, t.count);
-  } else {
-    for (CheckedTensor& t : args.tensors) t.count = 0;  // only the holding
-  }
+  for (const CheckedTensor& t : args.tensors) largest = std::max(largest, t.count);
   const int64_t blocks = std::clamp<int64_t>((largest + kThreads - 1) / kThreads, 1, 1024);
   CheckKernel<<<static_cast<uint32_t>(blocks), kThreads, 0, stream>>>(
       args, num_sessions, cu_seqlens, hold_sequences, record);

@@ -48,11 +48,10 @@ cudaError_t ClearInputErrorRecord(InputErrorRecord* record, cudaStream_t stream)
 // means token i is session i's only token (a step). When the record already holds an error
 // (an earlier call's, not yet reported) it is kept. With `hold_sequences`, a failing call also
 // sets the num_sessions + 1 entries of cu_seqlens to 0, so that kernels reading them (the
-// chunkwise prefill) see only empty sequences. Without `check_values` only the holding runs
-// (for an earlier call's error). No allocation, no synchronisation.
+// chunkwise prefill) see only empty sequences. No allocation, no synchronisation.
 cudaError_t LaunchCheckInputs(const LayerConfig& layer, const RawInputs& inputs,
                               int64_t num_tokens, int32_t num_sessions, int32_t* cu_seqlens,
-                              bool check_values, bool hold_sequences, InputErrorRecord* record,
+                              bool hold_sequences, InputErrorRecord* record,
                               cudaStream_t stream);
 
 }  // namespace lumen::cuda

@@ -7,15 +7,10 @@
 #include <cstdint>
 
 #include "backends/cuda/gpu_compat.cuh"
+#include "src/layer_traits.h"
 
 namespace lumen::cuda {
 
-// Element types, numbered as lumen_dtype.
-enum : int32_t { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
-// Feature maps, numbered as lumen_feature_map.
-enum : int32_t { kPhiIdentity = 0, kPhiElu1 = 1, kPhiRelu = 2 };
-// How the state decays before a token's write.
-enum : int32_t { kGateNone = 0, kGateScalar = 1, kGatePerChannel = 2 };
 
 // One layer, as the kernels read it. Parameter arrays live in device memory.
 struct LayerConfig {
@@ -24,8 +19,8 @@ struct LayerConfig {
   int32_t key_dim = 0;          // K
   int32_t value_dim = 0;        // V
   float scale = 1.0f;           // folded into q
-  int32_t feature_map = kPhiIdentity;
-  int32_t gate = kGateNone;
+  FeatureMap feature_map = FeatureMap::kIdentity;
+  GateKind gate = GateKind::kNone;
   bool qk_l2norm = false;
   bool beta_sigmoid = false;
   bool gate_raw = false;
@@ -45,30 +40,30 @@ struct RawInputs {
   const void* v = nullptr;     // [T, HV, V]
   const void* g = nullptr;     // [T, HV] or [T, HV, K], or null
   const void* beta = nullptr;  // [T, HV], or null
-  int32_t dtype = kFloat32;
+  DType dtype = DType::kFloat32;
   // The backend's number for the layer call, kept in the input check's record when the
   // call's check fails (so that the backend knows which calls changed nothing).
   unsigned long long call = 0;
 };
 
-__device__ __forceinline__ float LoadElement(const void* data, int64_t index, int32_t dtype) {
+__device__ __forceinline__ float LoadElement(const void* data, int64_t index, DType dtype) {
   switch (dtype) {
-    case kBFloat16:
+    case DType::kBFloat16:
       return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[index]);
-    case kFloat16:
+    case DType::kFloat16:
       return __half2float(static_cast<const __half*>(data)[index]);
     default:
       return static_cast<const float*>(data)[index];
   }
 }
 
-__device__ __forceinline__ void StoreElement(void* data, int64_t index, int32_t dtype,
+__device__ __forceinline__ void StoreElement(void* data, int64_t index, DType dtype,
                                              float value) {
   switch (dtype) {
-    case kBFloat16:
+    case DType::kBFloat16:
       static_cast<__nv_bfloat16*>(data)[index] = __float2bfloat16_rn(value);
       break;
-    case kFloat16:
+    case DType::kFloat16:
       static_cast<__half*>(data)[index] = __float2half_rn(value);
       break;
     default:
@@ -76,10 +71,10 @@ __device__ __forceinline__ void StoreElement(void* data, int64_t index, int32_t 
   }
 }
 
-__device__ __forceinline__ float FeatureMapValue(int32_t map, float x) {
+__device__ __forceinline__ float FeatureMapValue(FeatureMap map, float x) {
   switch (map) {
-    case kPhiElu1: return x > 0.0f ? x + 1.0f : expf(x);
-    case kPhiRelu: return x > 0.0f ? x : 0.0f;
+    case FeatureMap::kElu1: return x > 0.0f ? x + 1.0f : expf(x);
+    case FeatureMap::kRelu: return x > 0.0f ? x : 0.0f;
     default: return x;
   }
 }
@@ -92,7 +87,7 @@ __device__ __forceinline__ float L2NormFactor(const LayerConfig& layer, float su
 // One prepared element of q (scale = the layer's) or k (scale = 1): l2norm, phi, scale.
 __device__ __forceinline__ float PreparedQueryKey(const LayerConfig& layer, float raw,
                                                   float norm_factor, float scale) {
-  if (layer.feature_map == kPhiIdentity) return raw * (scale * norm_factor);
+  if (layer.feature_map == FeatureMap::kIdentity) return raw * (scale * norm_factor);
   return FeatureMapValue(layer.feature_map, raw * norm_factor) * scale;
 }
 

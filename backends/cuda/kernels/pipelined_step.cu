@@ -154,14 +154,14 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
         const float k = LoadElement(in.k, qk_row + i, in.dtype);
         q_s[i] = q;
         k_s[i] = k;
-        if (layer.gate == kGatePerChannel) a_s[i] = LoadElement(in.g, g_row + i, in.dtype);
+        if (layer.gate == GateKind::kPerChannel) a_s[i] = LoadElement(in.g, g_row + i, in.dtype);
         norms[0] += q * q;
         norms[1] += k * k;
       }
       float scalar_decay = 1.0f;
       if (layer.fixed_log_decay != nullptr) {
         scalar_decay = expf(layer.fixed_log_decay[hv]);
-      } else if (layer.gate == kGateScalar) {
+      } else if (layer.gate == GateKind::kScalar) {
         scalar_decay = expf(LogDecay(layer, LoadElement(in.g, t * HV + hv, in.dtype), hv, 0));
       }
       if (layer.delta_rule) {
@@ -182,10 +182,10 @@ PipelinedStepKernel(const StepArgs args, const StepStates states, const int32_t 
         const float q = PreparedQueryKey(layer, q_s[i], q_norm, layer.scale);
         const float k = PreparedQueryKey(layer, k_s[i], k_norm, 1.0f);
         const float a =
-            layer.gate == kGatePerChannel ? expf(LogDecay(layer, a_s[i], hv, i)) : scalar_decay;
+            layer.gate == GateKind::kPerChannel ? expf(LogDecay(layer, a_s[i], hv, i)) : scalar_decay;
         dots[0] += q * k;
         if (layer.normalize) {
-          dots[1] += q * (LoadElement(normalizer, i, kBFloat16) + k);
+          dots[1] += q * (LoadElement(normalizer, i, DType::kBFloat16) + k);
         }
         q_s[i] = q;
         k_s[i] = k;

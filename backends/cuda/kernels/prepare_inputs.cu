@@ -57,7 +57,7 @@ PrepareElementsKernel(const LayerConfig layer, const RawInputs in, PreparedInput
                       int64_t num_tokens) {
   const int64_t HV = layer.num_value_heads, K = layer.key_dim, V = layer.value_dim;
   const int64_t v_count = out.v != nullptr ? num_tokens * HV * V : 0;
-  const int64_t per_head = layer.gate == kGatePerChannel ? K : 1;
+  const int64_t per_head = layer.gate == GateKind::kPerChannel ? K : 1;
   const int64_t g_count = out.log_decay != nullptr ? num_tokens * HV * per_head : 0;
   const int64_t beta_count = out.beta != nullptr ? num_tokens * HV : 0;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;

@@ -70,11 +70,11 @@ template <>
 struct StateIo<1> {
   __device__ static void Load(const void* base, int64_t index, bool bf16, int valid,
                               float (&out)[1]) {
-    out[0] = valid > 0 ? LoadElement(base, index, bf16 ? kBFloat16 : kFloat32) : 0.0f;
+    out[0] = valid > 0 ? LoadElement(base, index, bf16 ? DType::kBFloat16 : DType::kFloat32) : 0.0f;
   }
   __device__ static void Store(void* base, int64_t index, bool bf16, int valid,
                                const float (&in)[1]) {
-    if (valid > 0) StoreElement(base, index, bf16 ? kBFloat16 : kFloat32, in[0]);
+    if (valid > 0) StoreElement(base, index, bf16 ? DType::kBFloat16 : DType::kFloat32, in[0]);
   }
 };
 
@@ -168,7 +168,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
       if (i < K) {
         q = LoadElement(in.q, qk_row + i, in.dtype);
         k = LoadElement(in.k, qk_row + i, in.dtype);
-        if (layer.gate == kGatePerChannel) g = LoadElement(in.g, g_row + i, in.dtype);
+        if (layer.gate == GateKind::kPerChannel) g = LoadElement(in.g, g_row + i, in.dtype);
       }
       q_squares += q * q;
       k_squares += k * k;
@@ -201,7 +201,7 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
   float scalar_decay = 1.0f;
   if (layer.fixed_log_decay != nullptr) {
     scalar_decay = expf(layer.fixed_log_decay[hv]);
-  } else if (layer.gate == kGateScalar) {
+  } else if (layer.gate == GateKind::kScalar) {
     scalar_decay = expf(LogDecay(layer, LoadElement(in.g, t * HV + hv, in.dtype), hv, 0));
   }
 
@@ -228,11 +228,11 @@ RecurrentStepKernel(const StepArgs args, const StepStates states) {
       if (i < K) {
         q = PreparedQueryKey(layer, q_s[j], q_norm, layer.scale);
         k = PreparedQueryKey(layer, k_s[j], k_norm, 1.0f);
-        a = layer.gate == kGatePerChannel ? expf(LogDecay(layer, a_s[j], hv, i)) : scalar_decay;
+        a = layer.gate == GateKind::kPerChannel ? expf(LogDecay(layer, a_s[j], hv, i)) : scalar_decay;
         if (count_dots) {
           dots[0] += q * k;
           if (layer.normalize) {
-            dots[1] += q * (LoadElement(normalizer, i, bf16 ? kBFloat16 : kFloat32) + k);
+            dots[1] += q * (LoadElement(normalizer, i, bf16 ? DType::kBFloat16 : DType::kFloat32) + k);
           }
         }
       }
@@ -380,7 +380,7 @@ NormalizerUpdateKernel(const StepArgs args, const StepStates states) {
     BlockSum<kBlockThreads>(sums, reduce_scratch);
     k_norm = L2NormFactor(layer, sums[0]);
   }
-  const int32_t dtype = args.state_bf16 ? kBFloat16 : kFloat32;
+  const DType dtype = args.state_bf16 ? DType::kBFloat16 : DType::kFloat32;
   void* z = static_cast<char*>(states.layer_state[session]) +
             (static_cast<int64_t>(HV) * K * V + int64_t{hv} * K) * (args.state_bf16 ? 2 : 4);
   for (int32_t i = threadIdx.x; i < K; i += kBlockThreads) {

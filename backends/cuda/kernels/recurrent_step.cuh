@@ -24,7 +24,7 @@ struct StepArgs {
   LayerConfig layer;
   RawInputs inputs;
   void* o = nullptr;  // [T, HV, V]
-  int32_t out_dtype = kFloat32;
+  DType out_dtype = DType::kFloat32;
   bool state_bf16 = false;
   int32_t num_sessions = 0;   // <= kStepSessionsPerLaunch
   int32_t first_session = 0;  // session s of this launch reads token first_session + s

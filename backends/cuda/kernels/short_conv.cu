@@ -90,7 +90,7 @@ ConvInputsKernel(const LayerConfig layer, const ConvLayer conv, const RawInputs 
   const void* raw = RawPart(in, part);
   float* dst = part == 0 ? out.q : part == 1 ? out.k : out.v;
   const int32_t W = conv.width;
-  const int32_t state_dtype = call.state_bf16 ? kBFloat16 : kFloat32;
+  const DType state_dtype = call.state_bf16 ? DType::kBFloat16 : DType::kFloat32;
   const void* window = W > 0 ? WindowOf(conv, call, states, session, part) : nullptr;
   const float* weight = W > 0 ? conv.weight[part] + c * W : nullptr;
   const float bias = W > 0 && conv.bias[part] != nullptr ? conv.bias[part][c] : 0.0f;
@@ -130,7 +130,7 @@ CommitWindowsKernel(const ConvLayer conv, const RawInputs in, const ConvCall cal
   if (!LocateTask(conv, call, states, &task)) return;
   const auto [part, C, c, session, first, length] = task;
   const int32_t W = conv.width;
-  const int32_t state_dtype = call.state_bf16 ? kBFloat16 : kFloat32;
+  const DType state_dtype = call.state_bf16 ? DType::kBFloat16 : DType::kFloat32;
   void* window = WindowOf(conv, call, states, session, part);
   const void* raw = RawPart(in, part);
   // In place, ascending j: entry j takes e[length + j], at or after j, so it is read before

@@ -1,0 +1,15 @@
+# The CPU backend's sources, compiled into lumen_objects (src/CMakeLists.txt).
+set(LUMEN_CPU_DIR ${PROJECT_SOURCE_DIR}/backends/cpu)
+set(LUMEN_CPU_SOURCES
+  ${LUMEN_CPU_DIR}/cpu_backend.cc
+  ${LUMEN_CPU_DIR}/held_writes.cc
+  ${LUMEN_CPU_DIR}/prepare_inputs.cc
+  ${LUMEN_CPU_DIR}/short_conv.cc
+  ${LUMEN_CPU_DIR}/recurrent.cc
+  ${LUMEN_CPU_DIR}/chunkwise.cc
+)
+# The convolution's SiLU loop selects (clamps) in every lane; GCC vectorises selects only when
+# floating-point exceptions are not observable, which lumen never makes them. No result
+# changes: -fno-trapping-math affects exception flags only.
+set_source_files_properties(${LUMEN_CPU_DIR}/short_conv.cc PROPERTIES
+  COMPILE_OPTIONS "$<$<CXX_COMPILER_ID:GNU,Clang>:-fno-trapping-math>")

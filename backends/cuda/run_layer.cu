@@ -1,0 +1,132 @@
+// One layer call: copy host inputs in, dispatch to the step or the prefill path, copy a host
+// output back. Over device buffers it returns before the kernels run, and the call's number
+// goes to the engine's ledger until the input check has reported (async_calls.cu).
+
+#include <algorithm>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/runtime_status.h"
+#include "backends/cuda/scratch_plan.h"
+
+namespace lumen::cuda {
+
+absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (absl::Status status = UseDevice(); !status.ok()) return status;
+  const lumen_layer_inputs& in = *run.inputs;
+  const lumen_layer_output& out = *run.output;
+  cudaStream_t stream = static_cast<cudaStream_t>(in.stream);
+  const bool host_inputs = in.memory == LUMEN_MEMORY_HOST;
+  const bool host_output = out.memory == LUMEN_MEMORY_HOST;
+  const bool capturing = IsCapturing(stream);
+  const int64_t T = run.num_tokens();
+  const int64_t in_size = DTypeSize(static_cast<DType>(in.dtype));
+  const int64_t out_size = DTypeSize(static_cast<DType>(out.dtype));
+  const int64_t qk_bytes = T * spec.num_heads * spec.key_dim * in_size;
+  const int64_t v_bytes = T * spec.num_value_heads * spec.value_dim * in_size;
+  const int64_t g_bytes = T * spec.g_per_token() * in_size;
+  const int64_t beta_bytes = spec.delta_rule() ? T * spec.num_value_heads * in_size : 0;
+  const int64_t o_count = T * spec.num_value_heads * spec.value_dim;
+  // A call that synchronises reports its own input error: report an earlier one first.
+  if ((host_inputs || host_output) && (unread_input_checks_ || captured_input_checks_)) {
+    if (absl::Status status = WaitForLayerCalls(); !status.ok()) return status;
+  }
+
+  // Scratch: host inputs and output copied through the device, the convolution's results and
+  // the prefill's arrays.
+  ScratchLayout layout;
+  int64_t q_at = -1, k_at = -1, v_at = -1, g_at = -1, beta_at = -1, o_at = -1;
+  if (host_inputs) {
+    q_at = layout.Add(qk_bytes);
+    k_at = layout.Add(qk_bytes);
+    v_at = layout.Add(v_bytes);
+    if (g_bytes > 0) g_at = layout.Add(g_bytes);
+    if (beta_bytes > 0) beta_at = layout.Add(beta_bytes);
+  }
+  if (host_output) o_at = layout.Add(o_count * out_size);
+  const int64_t host_io_bytes = layout.total();
+  const int64_t extras_bytes = PlanExtras(spec, run).total;
+  const int64_t prefill_bytes =
+      run.chunkwise ? PlanPrefill(spec, run).total : 0;
+  const int64_t scratch_bytes = host_io_bytes + extras_bytes + prefill_bytes;
+  const bool uses_scratch = scratch_bytes > 0;
+  if (uses_scratch) {
+    if (absl::Status s = EnsureScratch(scratch_bytes, capturing); !s.ok()) {
+      return s;
+    }
+    if (capturing) scratch_captured_ = true;
+    // An earlier asynchronous call on another stream may still be reading the scratch.
+    if (!capturing) {
+      LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, scratch_free_, 0),
+                                 "ordering the scratch");
+    }
+  }
+  char* scratch = static_cast<char*>(scratch_);
+
+  RawInputs inputs;
+  inputs.dtype = static_cast<DType>(in.dtype);
+  const uint64_t call = next_call_++ | (capturing ? kCapturedCall : 0);
+  inputs.call = call;
+  if (host_inputs) {
+    struct Copy {
+      const void* src;
+      int64_t at, bytes;
+      const void** dst;
+    } copies[] = {{in.q, q_at, qk_bytes, &inputs.q},
+                  {in.k, k_at, qk_bytes, &inputs.k},
+                  {in.v, v_at, v_bytes, &inputs.v},
+                  {in.g, g_at, g_bytes, &inputs.g},
+                  {in.beta, beta_at, beta_bytes, &inputs.beta}};
+    for (const Copy& copy : copies) {
+      if (copy.at < 0) continue;
+      LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scratch + copy.at, copy.src, copy.bytes,
+                                                 cudaMemcpyHostToDevice, stream),
+                                 "copying inputs to the device");
+      *copy.dst = scratch + copy.at;
+    }
+  } else {
+    inputs.q = in.q;
+    inputs.k = in.k;
+    inputs.v = in.v;
+    inputs.g = in.g;
+    inputs.beta = in.beta;
+  }
+  void* o = host_output ? scratch + o_at : out.o;
+
+  char* extras = scratch + host_io_bytes;
+  absl::Status status =
+      run.chunkwise ? RunPrefill(spec, run, inputs, o, extras, extras + extras_bytes, stream)
+                    : RunSteps(spec, run, inputs, o, extras, stream);
+  if (!status.ok()) return status;
+
+  if (host_inputs || host_output) {
+    LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "running the layer call");
+    // A failing call changed no state; its output is not copied back either.
+    uint64_t failed_call = 0;
+    if (absl::Status input = TakeInputError(/*earlier=*/false, &failed_call); !input.ok()) {
+      return input;
+    }
+    if (host_output) {
+      LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.o, o, o_count * out_size,
+                                                 cudaMemcpyDeviceToHost, stream),
+                                 "copying the output to the host");
+      LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "copying the output");
+    }
+    return kFinishedCall;
+  }
+  unread_input_checks_ = true;
+  if (capturing) {
+    captured_input_checks_ = true;
+    return kFinishedCall;  // replays run later; their failures are reported without a number
+  }
+  if (uses_scratch) {
+    LUMEN_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch_free_, stream), "recording an event");
+  }
+  if (absl::Status tracked = TrackAsyncWork(stream); !tracked.ok()) return tracked;
+  last_async_call_ = call;
+  ++calls_since_probe_;
+  AdvanceProbe();
+  return call;
+}
+
+}  // namespace lumen::cuda
