@@ -9,8 +9,12 @@
  * - `(const float* values, int64_t count)`, `(float* out, int64_t count)` take float[];
  *   `(const void* data, int64_t size)`, `(void* buffer, int64_t capacity)` take byte[]; all
  *   are pinned for the call (no copy), never held after it.
- * - Enumerations are int constants of the Capi class.
- * - The JNI library loads through org.lumen.NativeLibrary (next to lumen.jar).
+ * - Enumerations are int constants (LumenFamily.GATED_DELTA_NET, ...); org.lumen has them as
+ *   Java enums.
+ * - Options structs are AutoCloseable: close() (or delete()) frees them now, a Cleaner if
+ *   they become unreachable. org.lumen has plain Java options objects instead.
+ * - The JNI library loads through org.lumen.NativeLibrary (next to lumen.jar, or from the
+ *   jar itself).
  */
 
 %include <enumtypeunsafe.swg>
@@ -82,7 +86,6 @@ LUMEN_OUT(int64_t, out, jlongArray, long[], jlong, SetLongArrayRegion)
 LUMEN_OUT(int64_t, out_size, jlongArray, long[], jlong, SetLongArrayRegion)
 LUMEN_OUT(int32_t, out, jintArray, int[], jint, SetIntArrayRegion)
 LUMEN_OUT(int32_t, out_layer, jintArray, int[], jint, SetIntArrayRegion)
-LUMEN_OUT(lumen_backend, out, jintArray, int[], jint, SetIntArrayRegion)
 LUMEN_OUT(lumen_dtype, out, jintArray, int[], jint, SetIntArrayRegion)
 LUMEN_OUT(lumen_family, out, jintArray, int[], jint, SetIntArrayRegion)
 LUMEN_OUT(lumen_memory, out, jintArray, int[], jint, SetIntArrayRegion)
@@ -242,6 +245,7 @@ release:
 
 /* ---- proxies (options structs) free their memory through a Cleaner, not finalize() --------- */
 %typemap(javafinalize) SWIGTYPE ""
+%typemap(javainterfaces) SWIGTYPE "AutoCloseable"
 %typemap(javabody) SWIGTYPE %{
   private transient long swigCPtr;
   protected transient boolean swigCMemOwn;
@@ -258,6 +262,19 @@ release:
 
   protected static long getCPtr($javaclassname obj) {
     return (obj == null) ? 0 : obj.swigCPtr;
+  }
+
+  /** Frees the native struct now, as delete() does; a later use finds it gone. */
+  @Override
+  public void close() {
+    delete();
+  }
+%}
+/* A field read or written through a closed proxy throws instead of reaching through NULL. */
+%typemap(check) SWIGTYPE* self %{
+  if (!$1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "$1_basetype is closed");
+    return $null;
   }
 %}
 %typemap(javadestruct, methodname="delete", methodmodifiers="public synchronized") SWIGTYPE {

@@ -1,13 +1,14 @@
 // Builds a two-layer model, prefills a prompt, steps, saves the session to a file, loads it
 // into a new session and checks that both continue with the same outputs.
 // Run: java -cp <build>/bindings/java/lumen.jar examples/java/StreamSnapshot.java [file]
+// (or -cp lumen-<version>.jar, the jar that carries the native libraries).
 import java.util.Arrays;
 import org.lumen.Engine;
+import org.lumen.Family;
+import org.lumen.LayerOptions;
 import org.lumen.Model;
 import org.lumen.ModelBuilder;
 import org.lumen.Session;
-import org.lumen.capi.LayerOptions;
-import org.lumen.capi.LumenFamily;
 
 public class StreamSnapshot {
   static final int H = 2, K = 4, V = 4, PROMPT = 8;
@@ -37,21 +38,11 @@ public class StreamSnapshot {
 
   public static void main(String[] args) throws Exception {
     String path = args.length > 0 ? args[0] : "stream_snapshot.lumen";
-    LayerOptions gated = new LayerOptions();
-    gated.setFamily(LumenFamily.GATED_DELTA_NET);
-    gated.setNumHeads(H);
-    gated.setKeyDim(K);
-    gated.setValueDim(V);
-    gated.setQkL2norm(1);  // the delta rule wants unit-norm keys
-    LayerOptions retention = new LayerOptions();
-    retention.setFamily(LumenFamily.RETENTION);
-    retention.setNumHeads(H);
-    retention.setKeyDim(K);
-    retention.setValueDim(V);
-
     try (ModelBuilder builder = new ModelBuilder()) {
-      builder.addLayer(gated);
-      builder.addLayer(retention);
+      // The delta rule wants unit-norm keys: qkL2norm normalises them inside the layer.
+      builder.addLayer(new LayerOptions(Family.GATED_DELTA_NET).numHeads(H).keyDim(K).valueDim(V)
+                       .qkL2norm(true));
+      builder.addLayer(new LayerOptions(Family.RETENTION).numHeads(H).keyDim(K).valueDim(V));
       try (Model model = builder.build();
            Engine engine = new Engine(model);
            Session session = engine.newSession();
@@ -76,9 +67,6 @@ public class StreamSnapshot {
         }
         System.out.println("saved to " + path + ", loaded, and 4 more tokens match bit for bit");
       }
-    } finally {
-      gated.delete();
-      retention.delete();
     }
   }
 }

@@ -1,11 +1,18 @@
 package org.lumen;
 
+import java.nio.file.Path;
 import org.lumen.capi.Capi;
-import org.lumen.capi.SnapshotOptions;
 
 /**
  * One conversation: the state of every layer and the tokens each has consumed (lumen_session).
  * A session must not be used by two calls at the same time.
+ *
+ * <p><b>Memory.</b> A session's state ({@link #stateBytes()}, megabytes for a real model)
+ * lives outside the Java heap, where the collector does not see it: {@link #close()} the
+ * session (try-with-resources) to return it. The {@link java.lang.ref.Cleaner} that frees a
+ * session nothing closed is a safety net only: it runs once a collection happens to find the
+ * session unreachable, which may be after thousands of sessions have piled up.
+ * {@link NativeMemory} counts the bytes held and the sessions that leaked.
  */
 public final class Session extends Handle {
   private final Engine engine;
@@ -15,36 +22,42 @@ public final class Session extends Handle {
   }
 
   private Session(Engine engine, long address) {
-    super(address, Capi::lumen_session_destroy);
+    super(address, Capi::lumen_session_destroy, engine.stateBytes());
     this.engine = engine;
   }
 
   private static long create(Engine engine) {
     long[] out = new long[1];
-    Capi.lumen_session_create(engine.address(), out);
+    engine.useAddress(handle -> Capi.lumen_session_create(handle, out));
     return out[0];
   }
 
+  /** The engine this session runs on. */
   public Engine engine() {
     return engine;
+  }
+
+  /** Bytes of native state this session holds until it is closed (the model's state bytes). */
+  public long stateBytes() {
+    return engine.stateBytes();
   }
 
   /** A deep copy of this session (state and token counts) on the same engine. */
   public Session fork() {
     long[] out = new long[1];
-    Capi.lumen_session_fork(address(), out);
+    useAddress(session -> Capi.lumen_session_fork(session, out));
     return new Session(engine, out[0]);
   }
 
   /** Zeroes every state and token count. */
   public void reset() {
-    Capi.lumen_session_reset(address());
+    useAddress(Capi::lumen_session_reset);
   }
 
   /** Tokens layer {@code layer} has consumed. */
   public long tokens(int layer) {
     long[] out = new long[1];
-    Capi.lumen_session_tokens(address(), layer, out);
+    useAddress(session -> Capi.lumen_session_tokens(session, layer, out));
     return out[0];
   }
 
@@ -58,11 +71,13 @@ public final class Session extends Handle {
 
   /** The general form: o is a float[], short[] or direct buffer of HV * V elements. */
   public void step(int layer, Inputs inputs, Object o) {
-    LayerCall.run(LayerCall.STEP, address(), layer, 0, null, null, inputs, o);
+    useAddress(session -> LayerCall.run(LayerCall.STEP, session, layer, 0, null, null, inputs,
+                                        o));
   }
 
   /** T tokens through one layer (T from q's length); returns o [T, HV, V]. */
   public float[] prefill(int layer, float[] q, float[] k, float[] v, float[] g, float[] beta) {
+    if (q == null) throw new IllegalArgumentException("q is null");
     int[] shape = engine.shape(layer);
     int tokens = q.length / (shape[0] * shape[2]);
     float[] o = new float[tokens * shape[1] * shape[3]];
@@ -72,51 +87,114 @@ public final class Session extends Handle {
 
   /** The general form: o is a float[], short[] or direct buffer of T * HV * V elements. */
   public void prefill(int layer, int numTokens, Inputs inputs, Object o) {
-    LayerCall.run(LayerCall.PREFILL, address(), layer, numTokens, null, null, inputs, o);
+    useAddress(session -> LayerCall.run(LayerCall.PREFILL, session, layer, numTokens, null,
+                                        null, inputs, o));
   }
 
-  /** One part ({@link org.lumen.capi.LumenStatePart}) of a layer's state, fp32 canonical. */
-  public float[] readState(int layer, int part) {
-    long count = engine.model().stateCount(layer, part);
-    float[] out = new float[Math.toIntExact(count)];
-    Capi.lumen_session_read_state(address(), layer, part, out);
+  /** One part of a layer's state, fp32 in the canonical layout ([HV, K, V] for the matrix). */
+  public float[] readState(int layer, StatePart part) {
+    float[] out = new float[Math.toIntExact(engine.stateCount(layer, part))];
+    useAddress(session -> Capi.lumen_session_read_state(session, layer, part.value(), out));
     return out;
   }
 
+  /**
+   * One part, given by its lumen_state_part value, of a layer's state.
+   *
+   * @deprecated use {@link #readState(int, StatePart)}
+   */
+  @Deprecated
+  public float[] readState(int layer, int part) {
+    return readState(layer, StatePart.of(part));
+  }
+
   /** Overwrites one part of a layer's state (fp32, canonical layout). */
+  public void writeState(int layer, StatePart part, float[] values) {
+    useAddress(session -> Capi.lumen_session_write_state(session, layer, part.value(), values));
+  }
+
+  /**
+   * Overwrites one part, given by its lumen_state_part value, of a layer's state.
+   *
+   * @deprecated use {@link #writeState(int, StatePart, float[])}
+   */
+  @Deprecated
   public void writeState(int layer, int part, float[] values) {
-    Capi.lumen_session_write_state(address(), layer, part, values);
+    writeState(layer, StatePart.of(part), values);
   }
 
-  /** The session's snapshot (options may be null: fp32 state). */
-  public byte[] snapshot(SnapshotOptions options) {
-    long[] size = new long[1];
-    Capi.lumen_session_snapshot_size(address(), options, size);
-    byte[] data = new byte[Math.toIntExact(size[0])];
-    Capi.lumen_session_snapshot(address(), options, data, size);
-    return data;
-  }
-
+  /** The session's snapshot, fp32 state. */
   public byte[] snapshot() {
-    return snapshot(null);
+    return snapshot(new SnapshotOptions());
+  }
+
+  /** The session's snapshot, written as {@code options} say. */
+  public byte[] snapshot(SnapshotOptions options) {
+    try (org.lumen.capi.SnapshotOptions copy = options.toNative()) {
+      return snapshot(copy);
+    }
+  }
+
+  /**
+   * The session's snapshot with options given by the raw struct (null: defaults).
+   *
+   * @deprecated use {@link #snapshot(SnapshotOptions)}, which needs nothing freed
+   */
+  @Deprecated
+  public byte[] snapshot(org.lumen.capi.SnapshotOptions options) {
+    return withAddress(session -> {
+      long[] size = new long[1];
+      Capi.lumen_session_snapshot_size(session, options, size);
+      byte[] data = new byte[Math.toIntExact(size[0])];
+      Capi.lumen_session_snapshot(session, options, data, size);
+      return data;
+    });
   }
 
   /** Replaces state and token counts from a snapshot; all or nothing. */
   public void restore(byte[] data) {
-    Capi.lumen_session_restore(address(), data);
+    useAddress(session -> Capi.lumen_session_restore(session, data));
   }
 
-  /** Saves the snapshot to a file, atomically and durably (options may be null). */
-  public void save(String path, SnapshotOptions options) {
-    Capi.lumen_session_save(address(), path, options);
+  /** Saves the snapshot (fp32 state) to a file, atomically and durably. */
+  public void save(Path path) {
+    save(path.toString());
   }
 
+  /** Saves the snapshot, written as {@code options} say, to a file atomically and durably. */
+  public void save(Path path, SnapshotOptions options) {
+    save(path.toString(), options);
+  }
+
+  /** {@link #save(Path)} for a path given as a string. */
   public void save(String path) {
-    save(path, null);
+    save(path, new SnapshotOptions());
+  }
+
+  /** {@link #save(Path, SnapshotOptions)} for a path given as a string. */
+  public void save(String path, SnapshotOptions options) {
+    try (org.lumen.capi.SnapshotOptions copy = options.toNative()) {
+      save(path, copy);
+    }
+  }
+
+  /**
+   * Saves the snapshot with options given by the raw struct (null: defaults).
+   *
+   * @deprecated use {@link #save(Path, SnapshotOptions)}, which needs nothing freed
+   */
+  @Deprecated
+  public void save(String path, org.lumen.capi.SnapshotOptions options) {
+    useAddress(session -> Capi.lumen_session_save(session, path, options));
   }
 
   /** Restores from a snapshot file; all or nothing. */
+  public void load(Path path) {
+    load(path.toString());
+  }
+
+  /** {@link #load(Path)} for a path given as a string. */
   public void load(String path) {
-    Capi.lumen_session_load(address(), path);
+    useAddress(session -> Capi.lumen_session_load(session, path));
   }
 }

@@ -452,6 +452,20 @@ SWIGEXPORT jstring JNICALL Java_org_lumen_capi_CapiJNI_lumen_1last_1error_1messa
 }
 
 
+SWIGEXPORT jstring JNICALL Java_org_lumen_capi_CapiJNI_lumen_1family_1string(JNIEnv *jenv, jclass jcls, jint jarg1) {
+  jstring jresult = 0 ;
+  int32_t arg1 ;
+  char *result = 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (int32_t)jarg1; 
+  result = (char *)lumen_family_string(arg1);
+  if (result) jresult = (*jenv)->NewStringUTF(jenv, (const char *)result);
+  return jresult;
+}
+
+
 SWIGEXPORT jstring JNICALL Java_org_lumen_capi_CapiJNI_lumen_1backend_1string(JNIEnv *jenv, jclass jcls, jint jarg1) {
   jstring jresult = 0 ;
   int32_t arg1 ;
@@ -475,6 +489,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1family_1set(JN
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->family = arg2;
 }
 
@@ -488,6 +508,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1family_1get(JN
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->family);
   jresult = (jint)result; 
   return jresult;
@@ -503,6 +529,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1numHeads_1set(
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->num_heads = arg2;
 }
 
@@ -516,6 +548,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1numHeads_1get(
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->num_heads);
   jresult = (jint)result; 
   return jresult;
@@ -531,6 +569,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1numValueHeads_
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->num_value_heads = arg2;
 }
 
@@ -544,6 +588,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1numValueHeads_
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->num_value_heads);
   jresult = (jint)result; 
   return jresult;
@@ -559,6 +609,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1keyDim_1set(JN
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->key_dim = arg2;
 }
 
@@ -572,6 +628,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1keyDim_1get(JN
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->key_dim);
   jresult = (jint)result; 
   return jresult;
@@ -587,6 +649,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1valueDim_1set(
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->value_dim = arg2;
 }
 
@@ -600,6 +668,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1valueDim_1get(
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->value_dim);
   jresult = (jint)result; 
   return jresult;
@@ -615,6 +689,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1scale_1set(JNI
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (float)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->scale = arg2;
 }
 
@@ -628,6 +708,12 @@ SWIGEXPORT jfloat JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1scale_1get(J
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (float) ((arg1)->scale);
   jresult = (jfloat)result; 
   return jresult;
@@ -643,6 +729,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1featureMap_1se
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->feature_map = arg2;
 }
 
@@ -656,6 +748,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1featureMap_1ge
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->feature_map);
   jresult = (jint)result; 
   return jresult;
@@ -671,6 +769,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1normalize_1set
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->normalize = arg2;
 }
 
@@ -684,6 +788,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1normalize_1get
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->normalize);
   jresult = (jint)result; 
   return jresult;
@@ -699,6 +809,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1normalizeEps_1
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (float)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->normalize_eps = arg2;
 }
 
@@ -712,6 +828,12 @@ SWIGEXPORT jfloat JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1normalizeEps
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (float) ((arg1)->normalize_eps);
   jresult = (jfloat)result; 
   return jresult;
@@ -727,6 +849,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1qkL2norm_1set(
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->qk_l2norm = arg2;
 }
 
@@ -740,6 +868,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1qkL2norm_1get(
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->qk_l2norm);
   jresult = (jint)result; 
   return jresult;
@@ -755,6 +889,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1betaSigmoid_1s
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->beta_sigmoid = arg2;
 }
 
@@ -768,6 +908,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1betaSigmoid_1g
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->beta_sigmoid);
   jresult = (jint)result; 
   return jresult;
@@ -783,6 +929,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1gateRaw_1set(J
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->gate_raw = arg2;
 }
 
@@ -796,6 +948,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1gateRaw_1get(J
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->gate_raw);
   jresult = (jint)result; 
   return jresult;
@@ -811,6 +969,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1stateDtype_1se
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->state_dtype = arg2;
 }
 
@@ -824,6 +988,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1stateDtype_1ge
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->state_dtype);
   jresult = (jint)result; 
   return jresult;
@@ -839,6 +1009,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1convSize_1set(
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->conv_size = arg2;
 }
 
@@ -852,6 +1028,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1convSize_1get(
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->conv_size);
   jresult = (jint)result; 
   return jresult;
@@ -867,6 +1049,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1convActivation
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->conv_activation = arg2;
 }
 
@@ -880,6 +1068,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1convActivation
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->conv_activation);
   jresult = (jint)result; 
   return jresult;
@@ -904,6 +1098,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_delete_1LayerOptions(JNIEnv 
   (void)jenv;
   (void)jcls;
   arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
   delete_lumen_layer_options(arg1);
 }
 
@@ -1189,6 +1389,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1backend_1set(
   (void)jarg1_;
   arg1 = *(struct lumen_engine_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->backend = arg2;
 }
 
@@ -1202,6 +1408,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1backend_1get(
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_engine_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->backend);
   jresult = (jint)result; 
   return jresult;
@@ -1217,6 +1429,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1numThreads_1s
   (void)jarg1_;
   arg1 = *(struct lumen_engine_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->num_threads = arg2;
 }
 
@@ -1230,6 +1448,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1numThreads_1g
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_engine_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->num_threads);
   jresult = (jint)result; 
   return jresult;
@@ -1245,6 +1469,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1device_1set(J
   (void)jarg1_;
   arg1 = *(struct lumen_engine_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->device = arg2;
 }
 
@@ -1258,6 +1488,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1device_1get(J
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_engine_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->device);
   jresult = (jint)result; 
   return jresult;
@@ -1282,6 +1518,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_delete_1EngineOptions(JNIEnv
   (void)jenv;
   (void)jcls;
   arg1 = *(struct lumen_engine_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
+    return ;
+  }
+  
   delete_lumen_engine_options(arg1);
 }
 
@@ -1338,8 +1580,8 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1destroy(JNIEn
 SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1backend(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
   jint jresult = 0 ;
   lumen_engine *arg1 = (lumen_engine *) 0 ;
-  lumen_backend *arg2 = (lumen_backend *) 0 ;
-  lumen_backend temp2 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 ;
   lumen_status result;
   
   (void)jenv;
@@ -1394,6 +1636,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_Reservation_1maxSessions_1se
   (void)jarg1_;
   arg1 = *(struct lumen_reservation **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_reservation is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->max_sessions = arg2;
 }
 
@@ -1407,6 +1655,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_Reservation_1maxSessions_1ge
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_reservation **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_reservation is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->max_sessions);
   jresult = (jint)result; 
   return jresult;
@@ -1422,6 +1676,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_Reservation_1maxTokens_1set(
   (void)jarg1_;
   arg1 = *(struct lumen_reservation **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_reservation is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->max_tokens = arg2;
 }
 
@@ -1435,6 +1695,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_Reservation_1maxTokens_1get(
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_reservation **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_reservation is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->max_tokens);
   jresult = (jint)result; 
   return jresult;
@@ -1459,6 +1725,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_delete_1Reservation(JNIEnv *
   (void)jenv;
   (void)jcls;
   arg1 = *(struct lumen_reservation **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_reservation is closed");
+    return ;
+  }
+  
   delete_lumen_reservation(arg1);
 }
 
@@ -1487,31 +1759,6 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1reserve(JNIEn
   arg2 = *(lumen_reservation **)&jarg2; 
   result = (lumen_status)lumen_engine_reserve(arg1,(struct lumen_reservation const *)arg2);
   jresult = (jint)result;
-  return jresult;
-}
-
-
-SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1scratch_1bytes(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
-  jint jresult = 0 ;
-  lumen_engine *arg1 = (lumen_engine *) 0 ;
-  int64_t *arg2 = (int64_t *) 0 ;
-  int64_t temp2 ;
-  lumen_status result;
-  
-  (void)jenv;
-  (void)jcls;
-  arg1 = (lumen_engine *)(intptr_t)jarg1;
-  {
-    if (!binding_out_array(jenv, jarg2)) return 0;
-    memset(&temp2, 0, sizeof temp2);
-    arg2 = &temp2;
-  }
-  result = (lumen_status)lumen_engine_scratch_bytes((struct lumen_engine const *)arg1,arg2);
-  jresult = (jint)result;
-  {
-    jlong value = (jlong)(intptr_t)temp2;
-    (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &value);
-  }
   return jresult;
 }
 
@@ -1715,6 +1962,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1dtype_1set(JNIE
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->dtype = arg2;
 }
 
@@ -1728,6 +1981,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1dtype_1get(JNIE
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->dtype);
   jresult = (jint)result; 
   return jresult;
@@ -1743,6 +2002,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1memory_1set(JNI
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->memory = arg2;
 }
 
@@ -1756,6 +2021,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1memory_1get(JNI
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->memory);
   jresult = (jint)result; 
   return jresult;
@@ -1771,6 +2042,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1q_1set(JNIEnv *
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (void *)(intptr_t)jarg2;
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->q = (void const *)arg2;
 }
 
@@ -1784,6 +2061,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1q_1get(JNIEnv 
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (void *) ((arg1)->q);
   jresult = (jlong)(intptr_t)result;
   return jresult;
@@ -1799,6 +2082,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1qCount_1set(JNI
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->q_count = arg2;
 }
 
@@ -1812,6 +2101,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1qCount_1get(JN
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (int64_t) ((arg1)->q_count);
   jresult = (jlong)result; 
   return jresult;
@@ -1827,6 +2122,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1k_1set(JNIEnv *
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (void *)(intptr_t)jarg2;
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->k = (void const *)arg2;
 }
 
@@ -1840,6 +2141,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1k_1get(JNIEnv 
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (void *) ((arg1)->k);
   jresult = (jlong)(intptr_t)result;
   return jresult;
@@ -1855,6 +2162,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1kCount_1set(JNI
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->k_count = arg2;
 }
 
@@ -1868,6 +2181,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1kCount_1get(JN
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (int64_t) ((arg1)->k_count);
   jresult = (jlong)result; 
   return jresult;
@@ -1883,6 +2202,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1v_1set(JNIEnv *
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (void *)(intptr_t)jarg2;
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->v = (void const *)arg2;
 }
 
@@ -1896,6 +2221,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1v_1get(JNIEnv 
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (void *) ((arg1)->v);
   jresult = (jlong)(intptr_t)result;
   return jresult;
@@ -1911,6 +2242,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1vCount_1set(JNI
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->v_count = arg2;
 }
 
@@ -1924,6 +2261,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1vCount_1get(JN
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (int64_t) ((arg1)->v_count);
   jresult = (jlong)result; 
   return jresult;
@@ -1939,6 +2282,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1g_1set(JNIEnv *
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (void *)(intptr_t)jarg2;
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->g = (void const *)arg2;
 }
 
@@ -1952,6 +2301,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1g_1get(JNIEnv 
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (void *) ((arg1)->g);
   jresult = (jlong)(intptr_t)result;
   return jresult;
@@ -1967,6 +2322,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1gCount_1set(JNI
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->g_count = arg2;
 }
 
@@ -1980,6 +2341,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1gCount_1get(JN
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (int64_t) ((arg1)->g_count);
   jresult = (jlong)result; 
   return jresult;
@@ -1995,6 +2362,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1beta_1set(JNIEn
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (void *)(intptr_t)jarg2;
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->beta = (void const *)arg2;
 }
 
@@ -2008,6 +2381,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1beta_1get(JNIE
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (void *) ((arg1)->beta);
   jresult = (jlong)(intptr_t)result;
   return jresult;
@@ -2023,6 +2402,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1betaCount_1set(
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->beta_count = arg2;
 }
 
@@ -2036,6 +2421,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1betaCount_1get
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (int64_t) ((arg1)->beta_count);
   jresult = (jlong)result; 
   return jresult;
@@ -2051,6 +2442,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1stream_1set(JNI
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
   arg2 = (void *)(intptr_t)jarg2;
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->stream = arg2;
 }
 
@@ -2064,6 +2461,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerInputs_1stream_1get(JN
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return 0;
+  }
+  
   result = (void *) ((arg1)->stream);
   jresult = (jlong)(intptr_t)result;
   return jresult;
@@ -2088,6 +2491,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_delete_1LayerInputs(JNIEnv *
   (void)jenv;
   (void)jcls;
   arg1 = *(struct lumen_layer_inputs **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_inputs is closed");
+    return ;
+  }
+  
   delete_lumen_layer_inputs(arg1);
 }
 
@@ -2112,6 +2521,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOutput_1dtype_1set(JNIE
   (void)jarg1_;
   arg1 = *(struct lumen_layer_output **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_output is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->dtype = arg2;
 }
 
@@ -2125,6 +2540,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOutput_1dtype_1get(JNIE
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_output **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_output is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->dtype);
   jresult = (jint)result; 
   return jresult;
@@ -2140,6 +2561,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOutput_1memory_1set(JNI
   (void)jarg1_;
   arg1 = *(struct lumen_layer_output **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_output is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->memory = arg2;
 }
 
@@ -2153,6 +2580,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOutput_1memory_1get(JNI
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_output **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_output is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->memory);
   jresult = (jint)result; 
   return jresult;
@@ -2168,6 +2601,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOutput_1o_1set(JNIEnv *
   (void)jarg1_;
   arg1 = *(struct lumen_layer_output **)&jarg1; 
   arg2 = (void *)(intptr_t)jarg2;
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_output is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->o = arg2;
 }
 
@@ -2181,6 +2620,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerOutput_1o_1get(JNIEnv 
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_output **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_output is closed");
+    return 0;
+  }
+  
   result = (void *) ((arg1)->o);
   jresult = (jlong)(intptr_t)result;
   return jresult;
@@ -2196,6 +2641,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOutput_1oCount_1set(JNI
   (void)jarg1_;
   arg1 = *(struct lumen_layer_output **)&jarg1; 
   arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_output is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->o_count = arg2;
 }
 
@@ -2209,6 +2660,12 @@ SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_LayerOutput_1oCount_1get(JN
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_layer_output **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_output is closed");
+    return 0;
+  }
+  
   result = (int64_t) ((arg1)->o_count);
   jresult = (jlong)result; 
   return jresult;
@@ -2233,6 +2690,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_delete_1LayerOutput(JNIEnv *
   (void)jenv;
   (void)jcls;
   arg1 = *(struct lumen_layer_output **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_output is closed");
+    return ;
+  }
+  
   delete_lumen_layer_output(arg1);
 }
 
@@ -2402,6 +2865,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_SnapshotOptions_1stateDtype_
   (void)jarg1_;
   arg1 = *(struct lumen_snapshot_options **)&jarg1; 
   arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_snapshot_options is closed");
+    return ;
+  }
+  
   if (arg1) (arg1)->state_dtype = arg2;
 }
 
@@ -2415,6 +2884,12 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_SnapshotOptions_1stateDtype_
   (void)jcls;
   (void)jarg1_;
   arg1 = *(struct lumen_snapshot_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_snapshot_options is closed");
+    return 0;
+  }
+  
   result = (int32_t) ((arg1)->state_dtype);
   jresult = (jint)result; 
   return jresult;
@@ -2439,6 +2914,12 @@ SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_delete_1SnapshotOptions(JNIE
   (void)jenv;
   (void)jcls;
   arg1 = *(struct lumen_snapshot_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_snapshot_options is closed");
+    return ;
+  }
+  
   delete_lumen_snapshot_options(arg1);
 }
 
@@ -2593,6 +3074,31 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1load(JNIEnv 
   result = (lumen_status)lumen_session_load(arg1,(char const *)arg2);
   jresult = (jint)result;
   if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1scratch_1bytes(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
+  jint jresult = 0 ;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t temp2 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_engine *)(intptr_t)jarg1;
+  {
+    if (!binding_out_array(jenv, jarg2)) return 0;
+    memset(&temp2, 0, sizeof temp2);
+    arg2 = &temp2;
+  }
+  result = (lumen_status)lumen_engine_scratch_bytes((struct lumen_engine const *)arg1,arg2);
+  jresult = (jint)result;
+  {
+    jlong value = (jlong)(intptr_t)temp2;
+    (*jenv)->SetLongArrayRegion(jenv, jarg2, 0, 1, &value);
+  }
   return jresult;
 }
 

@@ -23,13 +23,6 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.lumen.capi.Capi;
-import org.lumen.capi.EngineOptions;
-import org.lumen.capi.LayerOptions;
-import org.lumen.capi.LumenDtype;
-import org.lumen.capi.LumenFamily;
-import org.lumen.capi.LumenStatePart;
-import org.lumen.capi.Reservation;
-import org.lumen.capi.LumenStatus;
 
 /** The Java binding against lumen.h's contract (the header path is the lumen.header property). */
 class LumenTest {
@@ -38,26 +31,19 @@ class LumenTest {
   Model model;
   Engine engine;
 
-  static LayerOptions layer(int family, int heads, int valueHeads, int keyDim, int valueDim) {
-    LayerOptions options = new LayerOptions();
-    options.setFamily(family);
-    options.setNumHeads(heads);
-    options.setNumValueHeads(valueHeads);
-    options.setKeyDim(keyDim);
-    options.setValueDim(valueDim);
-    return options;
+  static LayerOptions layer(Family family, int heads, int valueHeads, int keyDim, int valueDim) {
+    return new LayerOptions(family).numHeads(heads).numValueHeads(valueHeads).keyDim(keyDim)
+        .valueDim(valueDim);
   }
 
   @BeforeEach
   void buildModel() {
     try (ModelBuilder builder = new ModelBuilder()) {
-      builder.addLayer(layer(LumenFamily.GATED_DELTA_NET, H, HV, K, V));
-      builder.addLayer(layer(LumenFamily.RETENTION, H, H, K, V));
+      builder.addLayer(layer(Family.GATED_DELTA_NET, H, HV, K, V));
+      builder.addLayer(layer(Family.RETENTION, H, H, K, V));
       model = builder.build();
     }
-    EngineOptions options = new EngineOptions();
-    options.setNumThreads(2);
-    engine = new Engine(model, options);
+    engine = new Engine(model, new EngineOptions().numThreads(2));
   }
 
   @AfterEach
@@ -195,7 +181,7 @@ class LumenTest {
       }
       float[] fromBf16 = new float[HV * V];
       bf16.step(0, new Inputs().q(bits[0]).k(bits[1]).v(bits[2]).g(bits[3]).beta(bits[4])
-                        .dtype(LumenDtype.BFLOAT16), fromBf16);
+                        .dtype(Dtype.BFLOAT16), fromBf16);
       float[] fromRounded = rounded.step(0, widened[0], widened[1], widened[2], widened[3],
                                          widened[4]);
       for (int i = 0; i < fromBf16.length; ++i) {
@@ -234,7 +220,7 @@ class LumenTest {
                                token(in[3], 0, 2 * HV), token(in[4], 0, 2 * HV)));
     assertTrue(twice.getMessage().contains("more than once"),
                twice.getMessage());
-    assertEquals(LumenStatus.INVALID_ARGUMENT, twice.status());
+    assertEquals(Status.INVALID_ARGUMENT, twice.status());
     for (Session s : batch) s.close();
     for (Session s : singles) s.close();
   }
@@ -255,8 +241,8 @@ class LumenTest {
       for (Session restored : new Session[] {fromBytes, fromFile}) {
         assertEquals(6, restored.tokens(0));
         assertArrayEquals(expected, restored.step(0, next[0], next[1], next[2], next[3], next[4]));
-        assertArrayEquals(session.readState(0, LumenStatePart.MATRIX),
-                          restored.readState(0, LumenStatePart.MATRIX));
+        assertArrayEquals(session.readState(0, StatePart.MATRIX),
+                          restored.readState(0, StatePart.MATRIX));
       }
     }
   }
@@ -267,19 +253,19 @@ class LumenTest {
       float[] q = new float[H * K], v = new float[HV * V];
       LumenException missing = assertThrows(LumenException.class,
           () -> session.step(0, q, q, v, null, null));
-      assertEquals(LumenStatus.INVALID_ARGUMENT, missing.status());
+      assertEquals(Status.INVALID_ARGUMENT, missing.status());
       assertEquals("LUMEN_ERROR_INVALID_ARGUMENT", missing.statusName());
       assertTrue(missing.getMessage().contains("g"), missing.getMessage());
       assertEquals(0, session.tokens(0));
       LumenException range = assertThrows(LumenException.class, () -> session.tokens(7));
-      assertEquals(LumenStatus.OUT_OF_RANGE, range.status());
+      assertEquals(Status.OUT_OF_RANGE, range.status());
       assertTrue(range.getMessage().contains("7"));
       LumenException corrupt = assertThrows(LumenException.class,
           () -> session.restore(new byte[] {1, 2, 3}));
-      assertEquals(LumenStatus.CORRUPT_SNAPSHOT, corrupt.status());
+      assertEquals(Status.CORRUPT_SNAPSHOT, corrupt.status());
       LumenException io = assertThrows(LumenException.class,
           () -> session.load("/nonexistent/dir/file.lumen"));
-      assertEquals(LumenStatus.IO, io.status());
+      assertEquals(Status.IO, io.status());
     }
     Session closed = engine.newSession();
     closed.close();
@@ -290,17 +276,13 @@ class LumenTest {
   @Test
   void reservingScratchChecksItsArguments() {
     // The CPU backend holds no device scratch: a valid reservation changes nothing.
-    Reservation reservation = new Reservation();
-    reservation.setMaxSessions(8);
-    reservation.setMaxTokens(4096);
-    engine.reserve(reservation);
+    engine.reserve(8, 4096);
     assertEquals(0, engine.scratchBytes());
     int[][] bad = {{0, 1}, {1, 0}, {-3, 5}, {(1 << 20) + 1, 1}};
     for (int[] counts : bad) {
-      reservation.setMaxSessions(counts[0]);
-      reservation.setMaxTokens(counts[1]);
-      LumenException error = assertThrows(LumenException.class, () -> engine.reserve(reservation));
-      assertEquals(LumenStatus.INVALID_ARGUMENT, error.status());
+      LumenException error = assertThrows(LumenException.class,
+                                          () -> engine.reserve(counts[0], counts[1]));
+      assertEquals(Status.INVALID_ARGUMENT, error.status());
       assertTrue(error.getMessage().contains("max_sessions"), error.getMessage());
     }
   }
@@ -315,9 +297,8 @@ class LumenTest {
     // 256 KiB of state per session: the 1,600 sessions of the two measured rounds would hold
     // 400 MiB if they leaked.
     try (ModelBuilder builder = new ModelBuilder()) {
-      builder.addLayer(layer(LumenFamily.RETENTION, 4, 4, 128, 128));
-      EngineOptions oneThread = new EngineOptions();
-      oneThread.setNumThreads(1);
+      builder.addLayer(layer(Family.RETENTION, 4, 4, 128, 128));
+      EngineOptions oneThread = new EngineOptions().numThreads(1);
       try (Model big = builder.build()) {
         Runnable cycles = () -> {
           for (int i = 0; i < 400; ++i) {

@@ -61,6 +61,15 @@ public class Capi implements CapiConstants {
   }
 
   /**
+   * Returns a static name for a lumen_family value, as the bindings and fla spell it<br>
+   * ("linear_attn", "retention", "ssd", "gla", "delta_net", "gated_delta_net", "kda"), or<br>
+   * "unknown" for any other value; never NULL. Thread-safe. Since 0.2.
+   */
+  public static String lumen_family_string(int family) {
+    return CapiJNI.lumen_family_string(family);
+  }
+
+  /**
    * Returns a static name for a lumen_backend value ("AUTO", "CPU", "CUDA", "ROCM"), or<br>
    * "UNKNOWN" for any other value; never NULL. Thread-safe.
    */
@@ -81,7 +90,7 @@ public class Capi implements CapiConstants {
    * one call describes it. Each fills *options as lumen_layer_options_init does, then sets the<br>
    * fields below; every field may still be changed before add_layer. The layer's parameters<br>
    * (A_log, dt_bias, conv weights and biases, D) come from the checkpoint through<br>
-   * lumen_model_builder_set_param. NULL is a no-op. Thread-safe.<br>
+   * lumen_model_builder_set_param. NULL is a no-op. Thread-safe. Since 0.2.<br>
    * <br>
    * Qwen3-Next-80B-A3B's Gated DeltaNet layer: gated_delta_net, H = 16 (linear_num_key_heads),<br>
    * HV = 32 (linear_num_value_heads), K = V = 128 (linear_key_head_dim, linear_value_head_dim),<br>
@@ -254,7 +263,9 @@ public class Capi implements CapiConstants {
   }
 
   /**
-   *  Writes the backend actually used (never AUTO) to *out. 
+   * Writes the backend actually used (a lumen_backend value, never AUTO) to *out. (Before 0.2<br>
+   * *out was declared lumen_backend; the same 32 bits, now int32_t like every enumeration that<br>
+   * crosses the ABI.)
    */
   public static int lumen_engine_backend(long engine, int[] out) {
     int status = CapiJNI.lumen_engine_backend(engine, out);
@@ -273,7 +284,7 @@ public class Capi implements CapiConstants {
   }
 
   /**
-   *  Fills *reservation with defaults (one session, one token). Added after 0.1.0. 
+   *  Fills *reservation with defaults (one session, one token). Since 0.2. 
    */
   public static void lumen_reservation_init(Reservation reservation) {
     CapiJNI.lumen_reservation_init(Reservation.getCPtr(reservation), reservation);
@@ -282,7 +293,7 @@ public class Capi implements CapiConstants {
   /**
    * Makes the engine ready, now, for every layer call of at most reservation-&gt;max_sessions<br>
    * sessions and reservation-&gt;max_tokens tokens: any layer of the model, step or prefill,<br>
-   * every input and output dtype, buffers in device memory. Added after 0.1.0.<br>
+   * every input and output dtype, buffers in device memory. Since 0.2.<br>
    * <br>
    * GPU engines: grows the engine's device scratch (see "GPU engines") to what the largest such<br>
    * call needs, so that afterwards no call within the reservation whose buffers are all<br>
@@ -304,19 +315,6 @@ public class Capi implements CapiConstants {
    */
   public static int lumen_engine_reserve(long engine, Reservation reservation) {
     int status = CapiJNI.lumen_engine_reserve(engine, Reservation.getCPtr(reservation), reservation);
-    org.lumen.LumenException.check(status);
-    return status;
-  }
-
-  /**
-   * Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve<br>
-   * and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;<br>
-   * outgrown buffers that captured graphs may still use are not counted). A call that needs<br>
-   * no more than this grows nothing. Always 0 for the CPU backend. Thread-safe. Added after<br>
-   * 0.1.0.
-   */
-  public static int lumen_engine_scratch_bytes(long engine, long[] out) {
-    int status = CapiJNI.lumen_engine_scratch_bytes(engine, out);
     org.lumen.LumenException.check(status);
     return status;
   }
@@ -434,9 +432,9 @@ public class Capi implements CapiConstants {
 
   /**
    * Advances layer `layer` of one session by num_tokens tokens (T = num_tokens &gt;= 1) in the<br>
-   * chunkwise form. Equal, within SPEC's bounds, to num_tokens steps, whatever the split of a<br>
-   * sequence into prefill calls. Same errors as lumen_session_step; the session is unchanged<br>
-   * on any error.
+   * chunkwise form. Equal, within the bounds of docs/spec.md §4, to num_tokens steps, whatever<br>
+   * the split of a sequence into prefill calls. Same errors as lumen_session_step; the session<br>
+   * is unchanged on any error.
    */
   public static int lumen_session_prefill(long session, int layer, int num_tokens, LayerInputs inputs, LayerOutput output) {
     int status = CapiJNI.lumen_session_prefill(session, layer, num_tokens, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output);
@@ -547,6 +545,18 @@ public class Capi implements CapiConstants {
    */
   public static int lumen_session_load(long session, String path) {
     int status = CapiJNI.lumen_session_load(session, path);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve<br>
+   * and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;<br>
+   * outgrown buffers that captured graphs may still use are not counted). A call that needs<br>
+   * no more than this grows nothing. Always 0 for the CPU backend. Thread-safe.
+   */
+  public static int lumen_engine_scratch_bytes(long engine, long[] out) {
+    int status = CapiJNI.lumen_engine_scratch_bytes(engine, out);
     org.lumen.LumenException.check(status);
     return status;
   }

@@ -20,6 +20,7 @@ public class CapiJNI {
   public final static native String lumen_version_string();
   public final static native String lumen_status_string(int jarg1);
   public final static native String lumen_last_error_message();
+  public final static native String lumen_family_string(int jarg1);
   public final static native String lumen_backend_string(int jarg1);
   public final static native void LayerOptions_family_set(long jarg1, LayerOptions jarg1_, int jarg2);
   public final static native int LayerOptions_family_get(long jarg1, LayerOptions jarg1_);
@@ -88,7 +89,6 @@ public class CapiJNI {
   public final static native void delete_Reservation(long jarg1);
   public final static native void lumen_reservation_init(long jarg1, Reservation jarg1_);
   public final static native int lumen_engine_reserve(long jarg1, long jarg2, Reservation jarg2_);
-  public final static native int lumen_engine_scratch_bytes(long jarg1, long[] jarg2);
   public final static native int lumen_session_create(long jarg1, long[] jarg2);
   public final static native void lumen_session_destroy(long jarg1);
   public final static native int lumen_session_fork(long jarg1, long[] jarg2);
@@ -151,4 +151,5 @@ public class CapiJNI {
   public final static native int lumen_session_restore(long jarg1, byte[] jarg2);
   public final static native int lumen_session_save(long jarg1, String jarg2, long jarg3, SnapshotOptions jarg3_);
   public final static native int lumen_session_load(long jarg1, String jarg2);
+  public final static native int lumen_engine_scratch_bytes(long jarg1, long[] jarg2);
 }

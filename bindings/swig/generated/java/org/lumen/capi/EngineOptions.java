@@ -11,7 +11,7 @@ package org.lumen.capi;
 /**
  *  Engine settings. Fill with lumen_engine_options_init. 
  */
-public class EngineOptions {
+public class EngineOptions implements AutoCloseable {
   private transient long swigCPtr;
   protected transient boolean swigCMemOwn;
   private transient java.lang.ref.Cleaner.Cleanable swigCleanable;
@@ -27,6 +27,12 @@ public class EngineOptions {
 
   protected static long getCPtr(EngineOptions obj) {
     return (obj == null) ? 0 : obj.swigCPtr;
+  }
+
+  /** Frees the native struct now, as delete() does; a later use finds it gone. */
+  @Override
+  public void close() {
+    delete();
   }
 
   public synchronized void delete() {

@@ -25,7 +25,7 @@ package org.lumen.capi;
  * session changes. On GPU engines a call over device buffers reports this later (see "GPU<br>
  * engines").
  */
-public class LayerInputs {
+public class LayerInputs implements AutoCloseable {
   private transient long swigCPtr;
   protected transient boolean swigCMemOwn;
   private transient java.lang.ref.Cleaner.Cleanable swigCleanable;
@@ -41,6 +41,12 @@ public class LayerInputs {
 
   protected static long getCPtr(LayerInputs obj) {
     return (obj == null) ? 0 : obj.swigCPtr;
+  }
+
+  /** Frees the native struct now, as delete() does; a later use finds it gone. */
+  @Override
+  public void close() {
+    delete();
   }
 
   public synchronized void delete() {

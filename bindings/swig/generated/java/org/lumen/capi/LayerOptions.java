@@ -19,7 +19,7 @@ package org.lumen.capi;
  * dt_bias), the decay is exp(-exp(A_log) * dt), the write is k (x * dt)^T, and with the D<br>
  * parameter o_t += D[h] * x_t. Mamba-2's z gate and output norm stay outside the layer.
  */
-public class LayerOptions {
+public class LayerOptions implements AutoCloseable {
   private transient long swigCPtr;
   protected transient boolean swigCMemOwn;
   private transient java.lang.ref.Cleaner.Cleanable swigCleanable;
@@ -35,6 +35,12 @@ public class LayerOptions {
 
   protected static long getCPtr(LayerOptions obj) {
     return (obj == null) ? 0 : obj.swigCPtr;
+  }
+
+  /** Frees the native struct now, as delete() does; a later use finds it gone. */
+  @Override
+  public void close() {
+    delete();
   }
 
   public synchronized void delete() {

@@ -11,7 +11,7 @@ package org.lumen.capi;
 /**
  *  Where a layer call writes its output o, [T, HV, V]. Fill with lumen_layer_output_init. 
  */
-public class LayerOutput {
+public class LayerOutput implements AutoCloseable {
   private transient long swigCPtr;
   protected transient boolean swigCMemOwn;
   private transient java.lang.ref.Cleaner.Cleanable swigCleanable;
@@ -27,6 +27,12 @@ public class LayerOutput {
 
   protected static long getCPtr(LayerOutput obj) {
     return (obj == null) ? 0 : obj.swigCPtr;
+  }
+
+  /** Frees the native struct now, as delete() does; a later use finds it gone. */
+  @Override
+  public void close() {
+    delete();
   }
 
   public synchronized void delete() {

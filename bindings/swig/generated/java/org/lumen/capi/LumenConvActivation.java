@@ -9,7 +9,7 @@
 package org.lumen.capi;
 
 /**
- *  The activation after a layer's short convolution. 
+ *  The activation after a layer's short convolution. Since 0.2. 
  */
 public final class LumenConvActivation {
   public final static int SILU = 0;

@@ -9,7 +9,7 @@
 package org.lumen.capi;
 
 /**
- *  Layer families; see README.md for each update rule. 
+ *  Layer families; docs/spec.md §2 gives each update rule. 
  */
 public final class LumenFamily {
   public final static int LINEAR_ATTN = 1;

@@ -10,9 +10,9 @@ package org.lumen.capi;
 
 /**
  * The largest layer calls lumen_engine_reserve makes an engine ready for. Fill with<br>
- * lumen_reservation_init. Added after 0.1.0 (struct_size tells which fields a caller has).
+ * lumen_reservation_init. Since 0.2.
  */
-public class Reservation {
+public class Reservation implements AutoCloseable {
   private transient long swigCPtr;
   protected transient boolean swigCMemOwn;
   private transient java.lang.ref.Cleaner.Cleanable swigCleanable;
@@ -28,6 +28,12 @@ public class Reservation {
 
   protected static long getCPtr(Reservation obj) {
     return (obj == null) ? 0 : obj.swigCPtr;
+  }
+
+  /** Frees the native struct now, as delete() does; a later use finds it gone. */
+  @Override
+  public void close() {
+    delete();
   }
 
   public synchronized void delete() {

@@ -11,7 +11,7 @@ package org.lumen.capi;
 /**
  *  How a snapshot is written. Fill with lumen_snapshot_options_init. 
  */
-public class SnapshotOptions {
+public class SnapshotOptions implements AutoCloseable {
   private transient long swigCPtr;
   protected transient boolean swigCMemOwn;
   private transient java.lang.ref.Cleaner.Cleanable swigCleanable;
@@ -27,6 +27,12 @@ public class SnapshotOptions {
 
   protected static long getCPtr(SnapshotOptions obj) {
     return (obj == null) ? 0 : obj.swigCPtr;
+  }
+
+  /** Frees the native struct now, as delete() does; a later use finds it gone. */
+  @Override
+  public void close() {
+    delete();
   }
 
   public synchronized void delete() {

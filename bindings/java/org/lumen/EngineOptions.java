@@ -1,0 +1,62 @@
+package org.lumen;
+
+import java.util.Objects;
+
+/**
+ * How an engine runs (lumen_engine_options), for {@link Engine#Engine(Model, EngineOptions)}:
+ * a plain Java object, nothing to free. Every option starts at lumen's default (AUTO
+ * backend, one thread per hardware thread, device 0); setters return this.
+ */
+public final class EngineOptions {
+  private Backend backend;
+  private int numThreads;
+  private int device;
+
+  /** The defaults (lumen_engine_options_init). */
+  public EngineOptions() {
+    try (org.lumen.capi.EngineOptions defaults = new org.lumen.capi.EngineOptions()) {
+      backend = Backend.of(defaults.getBackend());
+      numThreads = defaults.getNumThreads();
+      device = defaults.getDevice();
+    }
+  }
+
+  /** A native copy, which the caller closes. */
+  org.lumen.capi.EngineOptions toNative() {
+    org.lumen.capi.EngineOptions options = new org.lumen.capi.EngineOptions();
+    options.setBackend(backend.value());
+    options.setNumThreads(numThreads);
+    options.setDevice(device);
+    return options;
+  }
+
+  /** The backend asked for. */
+  public Backend backend() { return backend; }
+  /** Sets the backend (default AUTO: CUDA, then ROCm, then the CPU). */
+  public EngineOptions backend(Backend backend) {
+    this.backend = Objects.requireNonNull(backend, "backend");
+    return this;
+  }
+
+  /** CPU worker threads including the caller (0: one per hardware thread). */
+  public int numThreads() { return numThreads; }
+  /** Sets the CPU worker threads including the caller, at most 1024 (0: one per core). */
+  public EngineOptions numThreads(int numThreads) {
+    this.numThreads = numThreads;
+    return this;
+  }
+
+  /** The GPU ordinal of GPU backends. */
+  public int device() { return device; }
+  /** Sets the GPU ordinal of GPU backends (default 0). */
+  public EngineOptions device(int device) {
+    this.device = device;
+    return this;
+  }
+
+  @Override
+  public String toString() {
+    return "EngineOptions[backend=" + backend + ", numThreads=" + numThreads + ", device="
+        + device + "]";
+  }
+}
