@@ -23,11 +23,11 @@ swig_out="$out/swig/generated"
 rm -rf "$swig_out"
 mkdir -p "$swig_out/python" "$swig_out/java/org/lumen/capi" "$swig_out/csharp"
 cd "$root/bindings/swig"
-swig -python -threads -doxygen -I"$header_dir" -outdir "$swig_out/python" \
+swig -python -threads -doxygen -DLUMEN_EXPERIMENTAL -I"$header_dir" -outdir "$swig_out/python" \
   -o "$swig_out/python/capi_wrap.c" lumen.i
-swig -java -doxygen -package org.lumen.capi -module Capi -I"$header_dir" \
+swig -java -doxygen -DLUMEN_EXPERIMENTAL -package org.lumen.capi -module Capi -I"$header_dir" \
   -outdir "$swig_out/java/org/lumen/capi" -o "$swig_out/java/capi_wrap.c" lumen.i
-swig -csharp -namespace Lumen.CApi -module Capi -dllimport lumen_csharp \
+swig -csharp -DLUMEN_EXPERIMENTAL -namespace Lumen.CApi -module Capi -dllimport lumen_csharp \
   -I"$header_dir" -outdir "$swig_out/csharp" -o "$swig_out/csharp/capi_wrap.c" lumen.i
 
 rust_out="$out/rust/lumen-sys/src"

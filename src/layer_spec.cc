@@ -11,19 +11,6 @@
 
 namespace lumen {
 
-const char* FamilyName(Family family) {
-  switch (family) {
-    case Family::kLinearAttn: return "linear_attn";
-    case Family::kRetention: return "retention";
-    case Family::kSsd: return "ssd";
-    case Family::kGla: return "gla";
-    case Family::kDeltaNet: return "delta_net";
-    case Family::kGatedDeltaNet: return "gated_delta_net";
-    case Family::kKda: return "kda";
-  }
-  return "unknown";
-}
-
 GateKind LayerSpec::gate_kind() const { return FamilyGateKind(family); }
 
 bool LayerSpec::delta_rule() const { return FamilyDeltaRule(family); }

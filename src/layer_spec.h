@@ -23,8 +23,6 @@ inline constexpr int32_t kNumConvParts = 3;
 // Widest convolution a layer may have (the models use 4).
 inline constexpr int32_t kMaxConvSize = 64;
 
-const char* FamilyName(Family family);
-
 struct LayerSpec {
   Family family = Family::kLinearAttn;
   int32_t num_heads = 0;        // H

@@ -41,6 +41,21 @@ enum class GateKind : int32_t {
   kPerChannel = 2,  // gla, kda: one log-decay per token, head and key channel
 };
 
+// The family's name as the bindings and fla spell it ("gated_delta_net"); "unknown" for a
+// value that is no family (lumen_family_string).
+constexpr const char* FamilyName(Family family) {
+  switch (family) {
+    case Family::kLinearAttn: return "linear_attn";
+    case Family::kRetention: return "retention";
+    case Family::kSsd: return "ssd";
+    case Family::kGla: return "gla";
+    case Family::kDeltaNet: return "delta_net";
+    case Family::kGatedDeltaNet: return "gated_delta_net";
+    case Family::kKda: return "kda";
+  }
+  return "unknown";
+}
+
 constexpr GateKind FamilyGateKind(Family family) {
   switch (family) {
     case Family::kRetention:

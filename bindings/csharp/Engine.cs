@@ -44,8 +44,8 @@ public sealed class Engine : NativeObject {
   public LumenBackend Backend {
     get {
       using (HandleLease engine = Lease()) {
-        Capi.lumen_engine_backend(engine.Address, out LumenBackend backend);
-        return backend;
+        Capi.lumen_engine_backend(engine.Address, out int backend);
+        return (LumenBackend)backend;
       }
     }
   }

@@ -97,7 +97,6 @@ LUMEN_ENUM_FIELD(status, LumenStatus)
 %typemap(csin) CTYPE* out "out $csinput"
 %typemap(in) CTYPE* out "$1 = ($1_ltype)$input;"
 %enddef
-LUMEN_ENUM_OUT(lumen_backend, LumenBackend)
 LUMEN_ENUM_OUT(lumen_dtype, LumenDtype)
 LUMEN_ENUM_OUT(lumen_family, LumenFamily)
 LUMEN_ENUM_OUT(lumen_memory, LumenMemory)

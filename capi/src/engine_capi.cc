@@ -63,7 +63,7 @@ lumen_status lumen_engine_create(const lumen_model* model, const lumen_engine_op
 
 void lumen_engine_destroy(lumen_engine* engine) { delete engine; }
 
-lumen_status lumen_engine_backend(const lumen_engine* engine, lumen_backend* out) {
+lumen_status lumen_engine_backend(const lumen_engine* engine, int32_t* out) {
   LUMEN_REQUIRE_NOT_NULL(engine);
   LUMEN_REQUIRE_NOT_NULL(out);
   *out = engine->engine->backend().kind();

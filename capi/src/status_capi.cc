@@ -3,6 +3,7 @@
 #include <string>
 
 #include "capi/src/capi_util.h"
+#include "src/layer_traits.h"
 #include "src/status.h"
 
 namespace lumen::capi {
@@ -72,6 +73,10 @@ const char* lumen_backend_string(int32_t backend) {
     case LUMEN_BACKEND_ROCM: return "ROCM";
   }
   return "UNKNOWN";
+}
+
+const char* lumen_family_string(int32_t family) {
+  return lumen::FamilyName(static_cast<lumen::Family>(family));
 }
 
 const char* lumen_last_error_message(void) { return lumen::capi::LastMessage().c_str(); }

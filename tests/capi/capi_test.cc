@@ -265,7 +265,7 @@ TEST_CASE("NULL handles and out-pointers are rejected", "[capi]") {
   const int32_t cu[2] = {0, 1};
   int32_t i32 = 0;
   int64_t i64 = 0;
-  lumen_backend backend;
+  int32_t backend;
   lumen_layer_options options_out;
   lumen_model* model_out = nullptr;
   lumen_engine* engine_out = nullptr;
@@ -1054,7 +1054,7 @@ TEST_CASE("engine creation: backends and options", "[capi]") {
   lumen_engine* engine = nullptr;
   REQUIRE(lumen_engine_create(model.get(), nullptr, &engine) == LUMEN_OK);  // defaults
   EnginePtr owned(engine);
-  lumen_backend backend = LUMEN_BACKEND_AUTO;
+  int32_t backend = LUMEN_BACKEND_AUTO;
   REQUIRE(lumen_engine_backend(engine, &backend) == LUMEN_OK);
   CHECK(backend != LUMEN_BACKEND_AUTO);
   // AUTO picks CUDA, then ROCm, only where this build has it and a GPU is present.

@@ -17,7 +17,7 @@ int lumen_test_header_is_c(void) {
   lumen_model* model = NULL;
   lumen_engine* engine = NULL;
   lumen_session* session = NULL;
-  lumen_backend backend = LUMEN_BACKEND_AUTO;
+  int32_t backend = LUMEN_BACKEND_AUTO;
   int32_t index = -1;
   int64_t tokens = -1;
   float q[4] = {0.5f, -0.25f, 1.0f, 0.75f};

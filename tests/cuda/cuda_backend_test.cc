@@ -986,7 +986,7 @@ TEST_CASE("AUTO picks CUDA where a GPU is present", "[.cuda]") {
   std::string error;
   ModelPtr model = BuildModel({Layer(LUMEN_FAMILY_SSD, 1, 1, 4, 4)}, &error);
   EnginePtr engine = MakeEngineOn(model.get(), LUMEN_BACKEND_AUTO);
-  lumen_backend backend = LUMEN_BACKEND_AUTO;
+  int32_t backend = LUMEN_BACKEND_AUTO;
   REQUIRE_OK(lumen_engine_backend(engine.get(), &backend));
   CHECK(backend == LUMEN_BACKEND_CUDA);
 }

@@ -65,7 +65,7 @@ TEST_CASE("AUTO runs the model without the ROCm backend and matches the referenc
   lumen_engine* raw = nullptr;
   REQUIRE(lumen_engine_create(model.get(), nullptr, &raw) == LUMEN_OK);
   EnginePtr engine(raw);
-  lumen_backend backend = LUMEN_BACKEND_AUTO;
+  int32_t backend = LUMEN_BACKEND_AUTO;
   REQUIRE(lumen_engine_backend(engine.get(), &backend) == LUMEN_OK);
   if (RuntimeHidden()) CHECK(backend != LUMEN_BACKEND_ROCM);
   SessionPtr session = MakeSession(engine.get(), &error);

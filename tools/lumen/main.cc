@@ -378,7 +378,7 @@ std::vector<int64_t> Checkpoints(int64_t tokens) {
 }
 
 void PrintHeader(const lumen_model* model, lumen_engine* engine, int64_t state_bytes) {
-  lumen_backend backend = LUMEN_BACKEND_AUTO;
+  int32_t backend = LUMEN_BACKEND_AUTO;
   Check(lumen_engine_backend(engine, &backend), "lumen_engine_backend");
   int32_t threads = 0;
   Check(lumen_engine_num_threads(engine, &threads), "lumen_engine_num_threads");

@@ -96,7 +96,7 @@
  *     when the failing call is a replay, the engine cannot tell which of its direct calls ran
  *     before it, and takes back nothing (reset or restore the sessions involved).
  *
- * Shapes (one session, one layer; row-major, innermost last; see docs/ and the SPEC):
+ * Shapes (one session, one layer; row-major, innermost last; docs/spec.md §1):
  *   q, k   [T, H, K]      v, o   [T, HV, V]      beta [T, HV]
  *   g      [T, HV] for a scalar gate (ssd, gated_delta_net), [T, HV, K] for a vector gate
  *          (gla, kda); natural-log decay, g <= 0 (raw pre-activations when gate_raw is on).
@@ -127,10 +127,20 @@
 extern "C" {
 #endif
 
-/* Version. Same major version = ABI compatible. */
+/*
+ * Version. Same major version = ABI compatible: a program built against this header runs with
+ * any library of the same major version whose minor version is at least this one's. Each
+ * declaration added after 0.1.0 says "Since 0.2" (and so on), so that a caller can test
+ * LUMEN_VERSION_NUMBER at compile time, or lumen_version_number() at run time, before using
+ * it. Declarations in the experimental section at the end of this header are outside that
+ * promise (see there).
+ */
 #define LUMEN_VERSION_MAJOR 0
-#define LUMEN_VERSION_MINOR 1
+#define LUMEN_VERSION_MINOR 2
 #define LUMEN_VERSION_PATCH 0
+/** MAJOR * 10000 + MINOR * 100 + PATCH of this header. Since 0.2. */
+#define LUMEN_VERSION_NUMBER \
+  (LUMEN_VERSION_MAJOR * 10000 + LUMEN_VERSION_MINOR * 100 + LUMEN_VERSION_PATCH)
 
 /** Returns MAJOR * 10000 + MINOR * 100 + PATCH of the loaded library. Thread-safe. */
 LUMEN_API int32_t lumen_version_number(void);
@@ -187,7 +197,7 @@ LUMEN_API const char* lumen_last_error_message(void);
 /* Enumerations                                                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-/** Layer families; see README.md for each update rule. */
+/** Layer families; docs/spec.md §2 gives each update rule. */
 typedef enum lumen_family {
   LUMEN_FAMILY_LINEAR_ATTN = 1,     /* S += phi(k) v^T */
   LUMEN_FAMILY_RETENTION = 2,       /* S = gamma_h S + k v^T */
@@ -197,6 +207,13 @@ typedef enum lumen_family {
   LUMEN_FAMILY_GATED_DELTA_NET = 6, /* scalar gate, then delta rule (Qwen3-Next) */
   LUMEN_FAMILY_KDA = 7              /* per-channel gate, then delta rule (Kimi Linear) */
 } lumen_family;
+
+/**
+ * Returns a static name for a lumen_family value, as the bindings and fla spell it
+ * ("linear_attn", "retention", "ssd", "gla", "delta_net", "gated_delta_net", "kda"), or
+ * "unknown" for any other value; never NULL. Thread-safe. Since 0.2.
+ */
+LUMEN_API const char* lumen_family_string(int32_t family);
 
 /** Feature map phi applied to q and k by linear_attn. */
 typedef enum lumen_feature_map {
@@ -247,6 +264,7 @@ typedef enum lumen_param {
   LUMEN_PARAM_DT_BIAS = 1,
   /** [HV]: retention decays gamma_h in (0, 1); default 1 - 2^(-5-h). */
   LUMEN_PARAM_DECAY = 2,
+  /* The convolution's parameters (LUMEN_PARAM_CONV_*) and D: since 0.2. */
   /** [H * K, W] with conv_size = W > 0, needed: the depthwise causal convolution of q
    *  (PyTorch's Conv1d(C, C, W, groups=C) weight [C, 1, W] without its middle axis; w[c, W-1]
    *  weighs the current token). */
@@ -270,7 +288,7 @@ typedef enum lumen_param {
 typedef enum lumen_state_part {
   LUMEN_STATE_MATRIX = 0,     /* S, [HV, K, V] */
   LUMEN_STATE_NORMALIZER = 1, /* z, [HV, K]; linear_attn with normalize only */
-  /* The convolution windows, conv_size = W > 0 only: the last W-1 raw inputs of the part,
+  /* Since 0.2, the convolution windows, conv_size = W > 0 only: the last W-1 raw inputs,
    * oldest first, per channel (causal-conv1d's and vLLM's layout); zero before the session's
    * first token. */
   LUMEN_STATE_CONV_Q = 2,     /* [H * K, W-1] */
@@ -278,7 +296,7 @@ typedef enum lumen_state_part {
   LUMEN_STATE_CONV_V = 4      /* [HV * V, W-1] */
 } lumen_state_part;
 
-/** The activation after a layer's short convolution. */
+/** The activation after a layer's short convolution. Since 0.2. */
 typedef enum lumen_conv_activation {
   LUMEN_CONV_ACTIVATION_SILU = 0, /* x * sigmoid(x): fla's and the models' default */
   LUMEN_CONV_ACTIVATION_NONE = 1
@@ -318,6 +336,7 @@ typedef struct lumen_layer_options {
   int32_t gate_raw;       /* 0/1: g arrives raw; needs A_log and dt_bias (gated_delta_net, kda,
                              ssd) */
   int32_t state_dtype;    /* lumen_dtype of the stored state: FLOAT32 (default) or BFLOAT16 */
+  /* Since 0.2 (0.1.0's struct ends here: its layers have no convolution). */
   int32_t conv_size;      /* W, 0 (none) to 64: a depthwise causal convolution of width W over
                              each of q, k and v, with weights LUMEN_PARAM_CONV_*_WEIGHT and a
                              window of the last W-1 inputs in the session (LUMEN_STATE_CONV_*) */
@@ -333,7 +352,7 @@ LUMEN_API void lumen_layer_options_init(lumen_layer_options* options);
  * one call describes it. Each fills *options as lumen_layer_options_init does, then sets the
  * fields below; every field may still be changed before add_layer. The layer's parameters
  * (A_log, dt_bias, conv weights and biases, D) come from the checkpoint through
- * lumen_model_builder_set_param. NULL is a no-op. Thread-safe.
+ * lumen_model_builder_set_param. NULL is a no-op. Thread-safe. Since 0.2.
  */
 
 /**
@@ -472,8 +491,12 @@ LUMEN_API lumen_status lumen_engine_create(const lumen_model* model,
 /** Releases the caller's reference; sessions keep their own. NULL is a no-op. */
 LUMEN_API void lumen_engine_destroy(lumen_engine* engine);
 
-/** Writes the backend actually used (never AUTO) to *out. */
-LUMEN_API lumen_status lumen_engine_backend(const lumen_engine* engine, lumen_backend* out);
+/**
+ * Writes the backend actually used (a lumen_backend value, never AUTO) to *out. (Before 0.2
+ * *out was declared lumen_backend; the same 32 bits, now int32_t like every enumeration that
+ * crosses the ABI.)
+ */
+LUMEN_API lumen_status lumen_engine_backend(const lumen_engine* engine, int32_t* out);
 
 /**
  * Writes the number of threads the engine's layer calls use, the caller's included, to *out
@@ -483,7 +506,7 @@ LUMEN_API lumen_status lumen_engine_num_threads(const lumen_engine* engine, int3
 
 /**
  * The largest layer calls lumen_engine_reserve makes an engine ready for. Fill with
- * lumen_reservation_init. Added after 0.1.0 (struct_size tells which fields a caller has).
+ * lumen_reservation_init. Since 0.2.
  */
 typedef struct lumen_reservation {
   uint32_t struct_size;  /* sizeof(lumen_reservation); set by init */
@@ -493,13 +516,13 @@ typedef struct lumen_reservation {
                             per session); default 1 */
 } lumen_reservation;
 
-/** Fills *reservation with defaults (one session, one token). Added after 0.1.0. */
+/** Fills *reservation with defaults (one session, one token). Since 0.2. */
 LUMEN_API void lumen_reservation_init(lumen_reservation* reservation);
 
 /**
  * Makes the engine ready, now, for every layer call of at most reservation->max_sessions
  * sessions and reservation->max_tokens tokens: any layer of the model, step or prefill,
- * every input and output dtype, buffers in device memory. Added after 0.1.0.
+ * every input and output dtype, buffers in device memory. Since 0.2.
  *
  * GPU engines: grows the engine's device scratch (see "GPU engines") to what the largest such
  * call needs, so that afterwards no call within the reservation whose buffers are all
@@ -521,15 +544,6 @@ LUMEN_API void lumen_reservation_init(lumen_reservation* reservation);
  */
 LUMEN_API lumen_status lumen_engine_reserve(lumen_engine* engine,
                                             const lumen_reservation* reservation);
-
-/**
- * Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve
- * and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;
- * outgrown buffers that captured graphs may still use are not counted). A call that needs
- * no more than this grows nothing. Always 0 for the CPU backend. Thread-safe. Added after
- * 0.1.0.
- */
-LUMEN_API lumen_status lumen_engine_scratch_bytes(const lumen_engine* engine, int64_t* out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Sessions                                                                                   */
@@ -619,7 +633,7 @@ typedef struct lumen_layer_inputs {
   const void* v;    int64_t v_count;    /* [T, HV, V] */
   const void* g;    int64_t g_count;    /* [T, HV] or [T, HV, K] */
   const void* beta; int64_t beta_count; /* [T, HV] */
-  /* Added after 0.1.0 (struct_size tells whether a caller has it): the GPU stream that a call
+  /* Since 0.2 (struct_size tells whether a caller has it): the GPU stream that a call
    * over LUMEN_MEMORY_DEVICE buffers is enqueued on, a cudaStream_t for CUDA engines and a
    * hipStream_t for ROCm engines; NULL is the default stream (CUDA's legacy default stream).
    * Ignored by the CPU backend and by calls with host buffers. */
@@ -654,9 +668,9 @@ LUMEN_API lumen_status lumen_session_step(lumen_session* session, int32_t layer,
 
 /**
  * Advances layer `layer` of one session by num_tokens tokens (T = num_tokens >= 1) in the
- * chunkwise form. Equal, within SPEC's bounds, to num_tokens steps, whatever the split of a
- * sequence into prefill calls. Same errors as lumen_session_step; the session is unchanged
- * on any error.
+ * chunkwise form. Equal, within the bounds of docs/spec.md §4, to num_tokens steps, whatever
+ * the split of a sequence into prefill calls. Same errors as lumen_session_step; the session
+ * is unchanged on any error.
  */
 LUMEN_API lumen_status lumen_session_prefill(lumen_session* session, int32_t layer,
                                              int32_t num_tokens,
@@ -768,6 +782,29 @@ LUMEN_API lumen_status lumen_session_save(const lumen_session* session, const ch
  * can have is rejected after reading its head only (at most 32 + 48 * layers bytes).
  */
 LUMEN_API lumen_status lumen_session_load(lumen_session* session, const char* path);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Experimental                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * What may still change, or go, in a minor version: visible only where LUMEN_EXPERIMENTAL is
+ * defined before this header is included (zstd's ZSTD_STATIC_LINKING_ONLY is the model). The
+ * ABI promise of the version section does not cover it: a program that uses it must run with
+ * the library of the same MAJOR.MINOR it was built against. The bindings expose it, marked
+ * experimental. A declaration leaves this section, with a "Since", when it is settled.
+ */
+#ifdef LUMEN_EXPERIMENTAL
+
+/**
+ * Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve
+ * and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;
+ * outgrown buffers that captured graphs may still use are not counted). A call that needs
+ * no more than this grows nothing. Always 0 for the CPU backend. Thread-safe.
+ */
+LUMEN_API lumen_status lumen_engine_scratch_bytes(const lumen_engine* engine, int64_t* out);
+
+#endif /* LUMEN_EXPERIMENTAL */
 
 #ifdef __cplusplus
 } /* extern "C" */

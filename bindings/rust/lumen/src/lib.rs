@@ -45,7 +45,7 @@ pub use options::{
 pub use session::Session;
 pub use tensor::{Bf16, Element, F16, Inputs};
 
-/// The loaded library's version, e.g. "0.1.0".
+/// The loaded library's version, e.g. "0.2.0".
 pub fn version() -> String {
     // SAFETY: lumen_version_string returns a static NUL-terminated string.
     unsafe { std::ffi::CStr::from_ptr(sys::lumen_version_string()) }

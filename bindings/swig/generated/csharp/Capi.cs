@@ -31,6 +31,11 @@ public class Capi {
     return ret;
   }
 
+  public static string lumen_family_string(global::Lumen.CApi.LumenFamily family) {
+    string ret = CapiPINVOKE.lumen_family_string((int)family);
+    return ret;
+  }
+
   public static string lumen_backend_string(global::Lumen.CApi.LumenBackend backend) {
     string ret = CapiPINVOKE.lumen_backend_string((int)backend);
     return ret;
@@ -104,7 +109,7 @@ public class Capi {
     CapiPINVOKE.lumen_engine_destroy(engine);
   }
 
-  public static void lumen_engine_backend(global::System.IntPtr engine, out global::Lumen.CApi.LumenBackend out_) {
+  public static void lumen_engine_backend(global::System.IntPtr engine, out int out_) {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_backend(engine, out out_));
   }
 
@@ -118,10 +123,6 @@ public class Capi {
 
   public static void lumen_engine_reserve(global::System.IntPtr engine, Reservation reservation) {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_reserve(engine, Reservation.getCPtr(reservation)));
-  }
-
-  public static void lumen_engine_scratch_bytes(global::System.IntPtr engine, out long out_) {
-    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_scratch_bytes(engine, out out_));
   }
 
   public static void lumen_session_create(global::System.IntPtr engine, out global::System.IntPtr out_) {
@@ -204,9 +205,14 @@ public class Capi {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_load(session, path));
   }
 
+  public static void lumen_engine_scratch_bytes(global::System.IntPtr engine, out long out_) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_scratch_bytes(engine, out out_));
+  }
+
   public const int LUMEN_VERSION_MAJOR = 0;
-  public const int LUMEN_VERSION_MINOR = 1;
+  public const int LUMEN_VERSION_MINOR = 2;
   public const int LUMEN_VERSION_PATCH = 0;
+  public const int LUMEN_VERSION_NUMBER = (0*10000+2*100+0);
 }
 
 }

@@ -205,6 +205,9 @@ class CapiPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_last_error_message___")]
   public static extern string lumen_last_error_message();
 
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_family_string___")]
+  public static extern string lumen_family_string(int jarg1);
+
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_backend_string___")]
   public static extern string lumen_backend_string(int jarg1);
 
@@ -380,7 +383,7 @@ class CapiPINVOKE {
   public static extern void lumen_engine_destroy(global::System.IntPtr jarg1);
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_backend___")]
-  public static extern int lumen_engine_backend(global::System.IntPtr jarg1, out global::Lumen.CApi.LumenBackend jarg2);
+  public static extern int lumen_engine_backend(global::System.IntPtr jarg1, out int jarg2);
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_num_threads___")]
   public static extern int lumen_engine_num_threads(global::System.IntPtr jarg1, out int jarg2);
@@ -408,9 +411,6 @@ class CapiPINVOKE {
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_reserve___")]
   public static extern int lumen_engine_reserve(global::System.IntPtr jarg1, global::System.Runtime.InteropServices.HandleRef jarg2);
-
-  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_scratch_bytes___")]
-  public static extern int lumen_engine_scratch_bytes(global::System.IntPtr jarg1, out long jarg2);
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_create___")]
   public static extern int lumen_session_create(global::System.IntPtr jarg1, out global::System.IntPtr jarg2);
@@ -597,6 +597,9 @@ class CapiPINVOKE {
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_load___")]
   public static extern int lumen_session_load(global::System.IntPtr jarg1, string jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_scratch_bytes___")]
+  public static extern int lumen_engine_scratch_bytes(global::System.IntPtr jarg1, out long jarg2);
 }
 
 }

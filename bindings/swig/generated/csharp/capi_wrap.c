@@ -362,6 +362,18 @@ SWIGEXPORT char * SWIGSTDCALL CSharp_LumenfCApi_lumen_last_error_message___() {
 }
 
 
+SWIGEXPORT char * SWIGSTDCALL CSharp_LumenfCApi_lumen_family_string___(int jarg1) {
+  char * jresult ;
+  int32_t arg1 ;
+  char *result = 0 ;
+  
+  arg1 = (int32_t)jarg1; 
+  result = (char *)lumen_family_string(arg1);
+  jresult = SWIG_csharp_string_callback((const char *)result); 
+  return jresult;
+}
+
+
 SWIGEXPORT char * SWIGSTDCALL CSharp_LumenfCApi_lumen_backend_string___(int jarg1) {
   char * jresult ;
   int32_t arg1 ;
@@ -1012,14 +1024,14 @@ SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_destroy___(void* jarg
 }
 
 
-SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_backend___(void* jarg1, int* jarg2) {
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_backend___(void* jarg1, int * jarg2) {
   int jresult ;
   lumen_engine *arg1 = (lumen_engine *) 0 ;
-  lumen_backend *arg2 = (lumen_backend *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
   lumen_status result;
   
   arg1 = (lumen_engine *)jarg1;
-  arg2 = (lumen_backend *)jarg2;
+  arg2 = (int32_t *)jarg2; 
   result = (lumen_status)lumen_engine_backend((struct lumen_engine const *)arg1,arg2);
   jresult = (int)result;
   return jresult;
@@ -1119,20 +1131,6 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_reserve___(void* jarg1
   arg1 = (lumen_engine *)jarg1;
   arg2 = (lumen_reservation *)jarg2; 
   result = (lumen_status)lumen_engine_reserve(arg1,(struct lumen_reservation const *)arg2);
-  jresult = (int)result;
-  return jresult;
-}
-
-
-SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_scratch_bytes___(void* jarg1, long long * jarg2) {
-  int jresult ;
-  lumen_engine *arg1 = (lumen_engine *) 0 ;
-  int64_t *arg2 = (int64_t *) 0 ;
-  lumen_status result;
-  
-  arg1 = (lumen_engine *)jarg1;
-  arg2 = (int64_t *)jarg2; 
-  result = (lumen_status)lumen_engine_scratch_bytes((struct lumen_engine const *)arg1,arg2);
   jresult = (int)result;
   return jresult;
 }
@@ -1891,6 +1889,20 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_load___(void* jarg1, 
   arg1 = (lumen_session *)jarg1;
   arg2 = (char *)jarg2; 
   result = (lumen_status)lumen_session_load(arg1,(char const *)arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_scratch_bytes___(void* jarg1, long long * jarg2) {
+  int jresult ;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_engine *)jarg1;
+  arg2 = (int64_t *)jarg2; 
+  result = (lumen_status)lumen_engine_scratch_bytes((struct lumen_engine const *)arg1,arg2);
   jresult = (int)result;
   return jresult;
 }

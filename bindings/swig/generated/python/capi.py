@@ -73,6 +73,8 @@ def binding_dlpack_import(capsule):
 LUMEN_VERSION_MAJOR = _capi.LUMEN_VERSION_MAJOR
 LUMEN_VERSION_MINOR = _capi.LUMEN_VERSION_MINOR
 LUMEN_VERSION_PATCH = _capi.LUMEN_VERSION_PATCH
+LUMEN_VERSION_NUMBER = _capi.LUMEN_VERSION_NUMBER
+r""" MAJOR * 10000 + MINOR * 100 + PATCH of this header. Since 0.2."""
 
 def lumen_version_number():
     r""" Returns MAJOR * 10000 + MINOR * 100 + PATCH of the loaded library. Thread-safe."""
@@ -127,6 +129,14 @@ LUMEN_FAMILY_GLA = _capi.LUMEN_FAMILY_GLA
 LUMEN_FAMILY_DELTA_NET = _capi.LUMEN_FAMILY_DELTA_NET
 LUMEN_FAMILY_GATED_DELTA_NET = _capi.LUMEN_FAMILY_GATED_DELTA_NET
 LUMEN_FAMILY_KDA = _capi.LUMEN_FAMILY_KDA
+
+def lumen_family_string(family):
+    r"""
+    Returns a static name for a lumen_family value, as the bindings and fla spell it
+    ("linear_attn", "retention", "ssd", "gla", "delta_net", "gated_delta_net", "kda"), or
+    "unknown" for any other value; never NULL. Thread-safe. Since 0.2.
+    """
+    return _capi.lumen_family_string(family)
 LUMEN_FEATURE_MAP_IDENTITY = _capi.LUMEN_FEATURE_MAP_IDENTITY
 LUMEN_FEATURE_MAP_ELU1 = _capi.LUMEN_FEATURE_MAP_ELU1
 LUMEN_FEATURE_MAP_RELU = _capi.LUMEN_FEATURE_MAP_RELU
@@ -234,7 +244,7 @@ def lumen_layer_options_init_qwen3_next_gated_delta_net(options):
     one call describes it. Each fills *options as lumen_layer_options_init does, then sets the
     fields below; every field may still be changed before add_layer. The layer's parameters
     (A_log, dt_bias, conv weights and biases, D) come from the checkpoint through
-    lumen_model_builder_set_param. NULL is a no-op. Thread-safe.
+    lumen_model_builder_set_param. NULL is a no-op. Thread-safe. Since 0.2.
 
     Qwen3-Next-80B-A3B's Gated DeltaNet layer: gated_delta_net, H = 16 (linear_num_key_heads),
     HV = 32 (linear_num_value_heads), K = V = 128 (linear_key_head_dim, linear_value_head_dim),
@@ -377,7 +387,11 @@ def lumen_engine_destroy(engine):
     return _capi.lumen_engine_destroy(engine)
 
 def lumen_engine_backend(engine):
-    r""" Writes the backend actually used (never AUTO) to *out."""
+    r"""
+    Writes the backend actually used (a lumen_backend value, never AUTO) to *out. (Before 0.2
+    *out was declared lumen_backend; the same 32 bits, now int32_t like every enumeration that
+    crosses the ABI.)
+    """
     return _capi.lumen_engine_backend(engine)
 
 def lumen_engine_num_threads(engine):
@@ -389,7 +403,7 @@ def lumen_engine_num_threads(engine):
 class lumen_reservation(object):
     r"""
     The largest layer calls lumen_engine_reserve makes an engine ready for. Fill with
-    lumen_reservation_init. Added after 0.1.0 (struct_size tells which fields a caller has).
+    lumen_reservation_init. Since 0.2.
     """
 
     thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
@@ -405,14 +419,14 @@ class lumen_reservation(object):
 _capi.lumen_reservation_swigregister(lumen_reservation)
 
 def lumen_reservation_init(reservation):
-    r""" Fills *reservation with defaults (one session, one token). Added after 0.1.0."""
+    r""" Fills *reservation with defaults (one session, one token). Since 0.2."""
     return _capi.lumen_reservation_init(reservation)
 
 def lumen_engine_reserve(engine, reservation):
     r"""
     Makes the engine ready, now, for every layer call of at most reservation->max_sessions
     sessions and reservation->max_tokens tokens: any layer of the model, step or prefill,
-    every input and output dtype, buffers in device memory. Added after 0.1.0.
+    every input and output dtype, buffers in device memory. Since 0.2.
 
     GPU engines: grows the engine's device scratch (see "GPU engines") to what the largest such
     call needs, so that afterwards no call within the reservation whose buffers are all
@@ -433,16 +447,6 @@ def lumen_engine_reserve(engine, reservation):
     Thread-safe: other threads may use the engine meanwhile (their calls wait for it).
     """
     return _capi.lumen_engine_reserve(engine, reservation)
-
-def lumen_engine_scratch_bytes(engine):
-    r"""
-    Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve
-    and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;
-    outgrown buffers that captured graphs may still use are not counted). A call that needs
-    no more than this grows nothing. Always 0 for the CPU backend. Thread-safe. Added after
-    0.1.0.
-    """
-    return _capi.lumen_engine_scratch_bytes(engine)
 
 def lumen_session_create(engine):
     r"""
@@ -578,9 +582,9 @@ def lumen_session_step(session, layer, inputs, output):
 def lumen_session_prefill(session, layer, num_tokens, inputs, output):
     r"""
     Advances layer `layer` of one session by num_tokens tokens (T = num_tokens >= 1) in the
-    chunkwise form. Equal, within SPEC's bounds, to num_tokens steps, whatever the split of a
-    sequence into prefill calls. Same errors as lumen_session_step; the session is unchanged
-    on any error.
+    chunkwise form. Equal, within the bounds of docs/spec.md §4, to num_tokens steps, whatever
+    the split of a sequence into prefill calls. Same errors as lumen_session_step; the session
+    is unchanged on any error.
     """
     return _capi.lumen_session_prefill(session, layer, num_tokens, inputs, output)
 
@@ -682,4 +686,13 @@ def lumen_session_load(session, path):
     can have is rejected after reading its head only (at most 32 + 48 * layers bytes).
     """
     return _capi.lumen_session_load(session, path)
+
+def lumen_engine_scratch_bytes(engine):
+    r"""
+    Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve
+    and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;
+    outgrown buffers that captured graphs may still use are not counted). A call that needs
+    no more than this grows nothing. Always 0 for the CPU backend. Thread-safe.
+    """
+    return _capi.lumen_engine_scratch_bytes(engine)
 

@@ -3783,6 +3783,33 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_lumen_family_string(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  int32_t arg1 ;
+  int val1 ;
+  int ecode1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  ecode1 = SWIG_AsVal_int(swig_obj[0], &val1);
+  if (!SWIG_IsOK(ecode1)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode1), "in method '" "lumen_family_string" "', argument " "1"" of type '" "int32_t""'");
+  } 
+  arg1 = (int32_t)(val1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *)lumen_family_string(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_lumen_backend_string(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   int32_t arg1 ;
@@ -5660,8 +5687,8 @@ fail:
 SWIGINTERN PyObject *_wrap_lumen_engine_backend(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   lumen_engine *arg1 = (lumen_engine *) 0 ;
-  lumen_backend *arg2 = (lumen_backend *) 0 ;
-  lumen_backend temp2 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 ;
   PyObject *swig_obj[1] ;
   lumen_status result;
   
@@ -5977,49 +6004,6 @@ SWIGINTERN PyObject *_wrap_lumen_engine_reserve(PyObject *self, PyObject *args) 
       SWIG_fail;
     }
     resultobj = SWIG_Py_Void();
-  }
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_lumen_engine_scratch_bytes(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  lumen_engine *arg1 = (lumen_engine *) 0 ;
-  int64_t *arg2 = (int64_t *) 0 ;
-  int64_t temp2 ;
-  PyObject *swig_obj[1] ;
-  lumen_status result;
-  
-  {
-    memset(&temp2, 0, sizeof temp2);
-    arg2 = &temp2;
-  }
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  {
-    if (swig_obj[0] == Py_None) {
-      arg1 = NULL;
-    } else {
-      arg1 = (lumen_engine *)PyLong_AsVoidPtr(swig_obj[0]);
-      if (PyErr_Occurred()) SWIG_fail;
-    }
-  }
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (lumen_status)lumen_engine_scratch_bytes((struct lumen_engine const *)arg1,arg2);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  {
-    if (result != LUMEN_OK) {
-      binding_raise(result);
-      SWIG_fail;
-    }
-    resultobj = SWIG_Py_Void();
-  }
-  {
-    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)temp2));
   }
   return resultobj;
 fail:
@@ -8323,6 +8307,49 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_lumen_engine_scratch_bytes(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  int64_t temp2 ;
+  PyObject *swig_obj[1] ;
+  lumen_status result;
+  
+  {
+    memset(&temp2, 0, sizeof temp2);
+    arg2 = &temp2;
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_engine *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_engine_scratch_bytes((struct lumen_engine const *)arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)temp2));
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 static PyMethodDef SwigMethods[] = {
 	 { "binding_buffer_address", _wrap_binding_buffer_address, METH_O, "Returns the address of the data a memoryview exposes (valid while the memoryview lives)."},
 	 { "binding_dlpack_import", _wrap_binding_dlpack_import, METH_O, "Takes a 'dltensor' capsule from __dlpack__() and returns (address, device_type, device_id, dtype_code, dtype_bits, dtype_lanes, shape, strides or None, owner); the tensor is released when owner is garbage."},
@@ -8337,6 +8364,11 @@ static PyMethodDef SwigMethods[] = {
 		"thread's last fallible call succeeded or it made none. The string is owned by lumen and\n"
 		"stays valid until the thread's next fallible call (lumen_status_string, the version calls\n"
 		"and the *_init and *_destroy functions leave it alone).\n"
+		""},
+	 { "lumen_family_string", _wrap_lumen_family_string, METH_O, "\n"
+		"Returns a static name for a lumen_family value, as the bindings and fla spell it\n"
+		"(\"linear_attn\", \"retention\", \"ssd\", \"gla\", \"delta_net\", \"gated_delta_net\", \"kda\"), or\n"
+		"\"unknown\" for any other value; never NULL. Thread-safe. Since 0.2.\n"
 		""},
 	 { "lumen_backend_string", _wrap_lumen_backend_string, METH_O, "\n"
 		"Returns a static name for a lumen_backend value (\"AUTO\", \"CPU\", \"CUDA\", \"ROCM\"), or\n"
@@ -8385,7 +8417,7 @@ static PyMethodDef SwigMethods[] = {
 		"one call describes it. Each fills *options as lumen_layer_options_init does, then sets the\n"
 		"fields below; every field may still be changed before add_layer. The layer's parameters\n"
 		"(A_log, dt_bias, conv weights and biases, D) come from the checkpoint through\n"
-		"lumen_model_builder_set_param. NULL is a no-op. Thread-safe.\n"
+		"lumen_model_builder_set_param. NULL is a no-op. Thread-safe. Since 0.2.\n"
 		"\n"
 		"Qwen3-Next-80B-A3B's Gated DeltaNet layer: gated_delta_net, H = 16 (linear_num_key_heads),\n"
 		"HV = 32 (linear_num_value_heads), K = V = 128 (linear_key_head_dim, linear_value_head_dim),\n"
@@ -8475,7 +8507,11 @@ static PyMethodDef SwigMethods[] = {
 		"not run one of the model's layers. Free with lumen_engine_destroy.\n"
 		""},
 	 { "lumen_engine_destroy", _wrap_lumen_engine_destroy, METH_O, " Releases the caller's reference; sessions keep their own. NULL is a no-op."},
-	 { "lumen_engine_backend", _wrap_lumen_engine_backend, METH_O, " Writes the backend actually used (never AUTO) to *out."},
+	 { "lumen_engine_backend", _wrap_lumen_engine_backend, METH_O, "\n"
+		"Writes the backend actually used (a lumen_backend value, never AUTO) to *out. (Before 0.2\n"
+		"*out was declared lumen_backend; the same 32 bits, now int32_t like every enumeration that\n"
+		"crosses the ABI.)\n"
+		""},
 	 { "lumen_engine_num_threads", _wrap_lumen_engine_num_threads, METH_O, "\n"
 		"Writes the number of threads the engine's layer calls use, the caller's included, to *out\n"
 		"(num_threads = 0 resolved to the hardware's count).\n"
@@ -8488,11 +8524,11 @@ static PyMethodDef SwigMethods[] = {
 	 { "delete_lumen_reservation", _wrap_delete_lumen_reservation, METH_O, NULL},
 	 { "lumen_reservation_swigregister", lumen_reservation_swigregister, METH_O, NULL},
 	 { "lumen_reservation_swiginit", lumen_reservation_swiginit, METH_VARARGS, NULL},
-	 { "lumen_reservation_init", _wrap_lumen_reservation_init, METH_O, " Fills *reservation with defaults (one session, one token). Added after 0.1.0."},
+	 { "lumen_reservation_init", _wrap_lumen_reservation_init, METH_O, " Fills *reservation with defaults (one session, one token). Since 0.2."},
 	 { "lumen_engine_reserve", _wrap_lumen_engine_reserve, METH_VARARGS, "\n"
 		"Makes the engine ready, now, for every layer call of at most reservation->max_sessions\n"
 		"sessions and reservation->max_tokens tokens: any layer of the model, step or prefill,\n"
-		"every input and output dtype, buffers in device memory. Added after 0.1.0.\n"
+		"every input and output dtype, buffers in device memory. Since 0.2.\n"
 		"\n"
 		"GPU engines: grows the engine's device scratch (see \"GPU engines\") to what the largest such\n"
 		"call needs, so that afterwards no call within the reservation whose buffers are all\n"
@@ -8511,13 +8547,6 @@ static PyMethodDef SwigMethods[] = {
 		"none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU\n"
 		"runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal).\n"
 		"Thread-safe: other threads may use the engine meanwhile (their calls wait for it).\n"
-		""},
-	 { "lumen_engine_scratch_bytes", _wrap_lumen_engine_scratch_bytes, METH_O, "\n"
-		"Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve\n"
-		"and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;\n"
-		"outgrown buffers that captured graphs may still use are not counted). A call that needs\n"
-		"no more than this grows nothing. Always 0 for the CPU backend. Thread-safe. Added after\n"
-		"0.1.0.\n"
 		""},
 	 { "lumen_session_create", _wrap_lumen_session_create, METH_O, "\n"
 		"Creates a session of the engine's model with every state zero and every token count 0.\n"
@@ -8604,9 +8633,9 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "lumen_session_prefill", _wrap_lumen_session_prefill, METH_VARARGS, "\n"
 		"Advances layer `layer` of one session by num_tokens tokens (T = num_tokens >= 1) in the\n"
-		"chunkwise form. Equal, within SPEC's bounds, to num_tokens steps, whatever the split of a\n"
-		"sequence into prefill calls. Same errors as lumen_session_step; the session is unchanged\n"
-		"on any error.\n"
+		"chunkwise form. Equal, within the bounds of docs/spec.md §4, to num_tokens steps, whatever\n"
+		"the split of a sequence into prefill calls. Same errors as lumen_session_step; the session\n"
+		"is unchanged on any error.\n"
 		""},
 	 { "lumen_engine_step_batch", _wrap_lumen_engine_step_batch, METH_VARARGS, "\n"
 		"Advances layer `layer` of n distinct sessions of this engine by one token each, in one\n"
@@ -8678,6 +8707,12 @@ static PyMethodDef SwigMethods[] = {
 		"restore. Only a regular file is read: anything else (a FIFO, a device, a directory) is\n"
 		"LUMEN_ERROR_IO without waiting on it. A file whose size no snapshot of the session's model\n"
 		"can have is rejected after reading its head only (at most 32 + 48 * layers bytes).\n"
+		""},
+	 { "lumen_engine_scratch_bytes", _wrap_lumen_engine_scratch_bytes, METH_O, "\n"
+		"Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve\n"
+		"and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;\n"
+		"outgrown buffers that captured graphs may still use are not counted). A call that needs\n"
+		"no more than this grows nothing. Always 0 for the CPU backend. Thread-safe.\n"
 		""},
 	 { NULL, NULL, 0, NULL }
 };
@@ -9296,8 +9331,9 @@ SWIG_init(void) {
   return NULL;
   
   SWIG_Python_SetConstant(d, "LUMEN_VERSION_MAJOR",SWIG_From_int((int)(0)));
-  SWIG_Python_SetConstant(d, "LUMEN_VERSION_MINOR",SWIG_From_int((int)(1)));
+  SWIG_Python_SetConstant(d, "LUMEN_VERSION_MINOR",SWIG_From_int((int)(2)));
   SWIG_Python_SetConstant(d, "LUMEN_VERSION_PATCH",SWIG_From_int((int)(0)));
+  SWIG_Python_SetConstant(d, "LUMEN_VERSION_NUMBER",SWIG_From_int((int)((0*10000+2*100+0))));
   SWIG_Python_SetConstant(d, "LUMEN_OK",SWIG_From_int((int)(LUMEN_OK)));
   SWIG_Python_SetConstant(d, "LUMEN_ERROR_INVALID_ARGUMENT",SWIG_From_int((int)(LUMEN_ERROR_INVALID_ARGUMENT)));
   SWIG_Python_SetConstant(d, "LUMEN_ERROR_OUT_OF_RANGE",SWIG_From_int((int)(LUMEN_ERROR_OUT_OF_RANGE)));
