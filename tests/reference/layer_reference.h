@@ -5,7 +5,7 @@
 //
 // The reference knows nothing of lumen's implementation: it uses lumen.h only for the
 // vocabulary (family, feature map and dtype values, the options struct it is compared with).
-// It is itself checked against tests/data/vectors by tests/conformance/vectors_test.cc.
+// It is itself checked against tests/data/vectors by tests/core/conformance_test.cc.
 
 #include <cstdint>
 #include <memory>

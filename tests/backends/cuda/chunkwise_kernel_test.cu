@@ -1,7 +1,7 @@
 // Checks the chunkwise prefill kernel against a float64 recurrence computed on the host, and
 // times it beside a device-to-device copy. Needs only the CUDA runtime:
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 -I. tests/cuda/chunkwise_kernel_test.cu \
+//   nvcc -O3 -std=c++17 -arch=sm_90 -I. tests/backends/cuda/chunkwise_kernel_test.cu \
 //        backends/cuda/kernels/chunkwise.cu -o chunkwise_kernel_test
 //   ./chunkwise_kernel_test [--quick | --large-only] [--no-bench] [--bench-only] [--no-bench-check]
 //                           [--family NAME] [--seed N]

@@ -1,7 +1,9 @@
 #pragma once
-// What the robustness tests share: a small model and its sessions, everything observable of
-// a session (to check that a failed call changed nothing), and snapshot bytes that can be
-// edited and resealed. Public API only (lumen.h), plus XXH3 to reseal edited snapshots.
+// What public-API tests of single calls share (tests/api: sizes, struct_size, input values,
+// the token limit; tests/snapshot/file_edge_cases_test.cc): a small model and its sessions on
+// the test backend, everything observable of a session (to check that a failed call changed
+// nothing), and snapshot bytes that can be edited and resealed. Public API only (lumen.h),
+// plus XXH3 to reseal edited snapshots.
 
 #include <catch2/catch.hpp>
 
@@ -16,7 +18,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-namespace lumen_robust {
+namespace lumen_fixture {
 
 using lumen_test::EnginePtr;
 using lumen_test::ModelPtr;
@@ -29,11 +31,11 @@ inline std::string Describe(lumen_status status) {
   return std::string(lumen_status_string(status)) + ": " + lumen_last_error_message();
 }
 
-#define REQUIRE_OK(call)                                        \
-  do {                                                          \
-    const lumen_status status_ = (call);                        \
-    INFO(#call << " -> " << ::lumen_robust::Describe(status_)); \
-    REQUIRE(status_ == LUMEN_OK);                               \
+#define REQUIRE_OK(call)                                         \
+  do {                                                           \
+    const lumen_status status_ = (call);                         \
+    INFO(#call << " -> " << ::lumen_fixture::Describe(status_)); \
+    REQUIRE(status_ == LUMEN_OK);                                \
   } while (0)
 
 // A model of `layers` on a two-thread CPU engine.
@@ -161,4 +163,4 @@ inline Bytes WithTokenCount(const lumen_session* session, int32_t layer, uint64_
   return bytes;
 }
 
-}  // namespace lumen_robust
+}  // namespace lumen_fixture

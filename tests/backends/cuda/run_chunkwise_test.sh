@@ -1,12 +1,12 @@
 #!/bin/bash
 # Builds the chunkwise kernel test with plain nvcc and runs it on the GPU of this machine:
 # the quick checks first, then (if they pass) everything, with the benchmark.
-#   tests/cuda/run_chunkwise_test.sh [log directory] [extra test arguments]
+#   tests/backends/cuda/run_chunkwise_test.sh [log directory] [extra test arguments]
 # PORTABLE=1 builds the portable kernels instead (-DLUMEN_GPU_PORTABLE: no mma.sync or
 # cp.async), as a HIP build compiles them; QUICK=1 stops after the quick checks; BUILD_ONLY=1
 # stops after the build (the binary is build/chunkwise[-portable]/chunkwise_kernel_test).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 logs="${1:-build/cuda-test}"
 shift || true
 out=build/chunkwise${PORTABLE:+-portable}
@@ -16,7 +16,7 @@ flags=(-O3 -std=c++17 --threads 0 -I. -Icapi/include -gencode=arch=compute_80,co
 if [[ -n "${PORTABLE:-}" ]]; then flags+=(-DLUMEN_GPU_PORTABLE); fi
 "$nvcc" "${flags[@]}" -Xptxas -v -c backends/cuda/kernels/chunkwise.cu -o "$out/chunkwise.o" \
   > "$logs/ptxas.log" 2>&1 &
-"$nvcc" "${flags[@]}" -c tests/cuda/chunkwise_kernel_test.cu -o "$out/chunkwise_kernel_test.o"
+"$nvcc" "${flags[@]}" -c tests/backends/cuda/chunkwise_kernel_test.cu -o "$out/chunkwise_kernel_test.o"
 wait $! || { cat "$logs/ptxas.log"; exit 1; }
 "$nvcc" "$out/chunkwise.o" "$out/chunkwise_kernel_test.o" -o "$out/chunkwise_kernel_test"
 if [[ -n "${BUILD_ONLY:-}" ]]; then exit 0; fi

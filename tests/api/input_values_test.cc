@@ -9,9 +9,9 @@
 #include <limits>
 #include <string>
 
-#include "tests/robustness/robustness_util.h"
+#include "tests/reference/session_fixture.h"
 
-namespace lumen_robust {
+namespace lumen_fixture {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -212,4 +212,4 @@ TEST_CASE("values at the edges of their domains, raw gates and beta logits are a
 }
 
 }  // namespace
-}  // namespace lumen_robust
+}  // namespace lumen_fixture

@@ -21,9 +21,9 @@
 #include <thread>
 #include <utility>
 
-#include "tests/robustness/robustness_util.h"
+#include "tests/reference/session_fixture.h"
 
-namespace lumen_robust {
+namespace lumen_fixture {
 namespace {
 
 namespace fs = std::filesystem;
@@ -324,4 +324,4 @@ TEST_CASE("a 250-byte file name saves and loads", "[files]") {
 }
 
 }  // namespace
-}  // namespace lumen_robust
+}  // namespace lumen_fixture

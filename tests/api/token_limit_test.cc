@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "tests/robustness/robustness_util.h"
+#include "tests/reference/session_fixture.h"
 
-namespace lumen_robust {
+namespace lumen_fixture {
 namespace {
 
 constexpr int64_t kMaxTokens = int64_t{1} << 62;
@@ -126,4 +126,4 @@ TEST_CASE("a session just below 2^62 tokens takes the tokens that reach it, no m
 }
 
 }  // namespace
-}  // namespace lumen_robust
+}  // namespace lumen_fixture

@@ -1,5 +1,5 @@
 /* lumen.h must compile as strict C99 (-std=c99 -Wall -Wextra -Werror -pedantic) and be usable
- * from C. capi_test.cc calls lumen_test_header_is_c() and checks what it returns. */
+ * from C. status_test.cc calls lumen_test_header_is_c() and checks what it returns. */
 #include <lumen/lumen.h>
 
 #include <stddef.h>
