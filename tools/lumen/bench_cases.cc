@@ -12,23 +12,25 @@ namespace lumen::cli {
 // Kimi Linear (kda) take raw gates; the delta family normalises q and k and takes beta as a
 // logit. No short convolution: the timings are of the state update.
 const FamilySetup kBenchFamilies[7] = {
-    {"linear_attn", LUMEN_FAMILY_LINEAR_ATTN, false, false, false, false},
-    {"retention", LUMEN_FAMILY_RETENTION, false, false, false, false},
-    {"ssd", LUMEN_FAMILY_SSD, true, false, true, false},
-    {"gla", LUMEN_FAMILY_GLA, false, true, false, false},
-    {"delta_net", LUMEN_FAMILY_DELTA_NET, false, false, false, true},
-    {"gated_delta_net", LUMEN_FAMILY_GATED_DELTA_NET, true, false, true, true},
-    {"kda", LUMEN_FAMILY_KDA, false, true, true, true},
+    {LUMEN_FAMILY_LINEAR_ATTN, false, false, false, false},
+    {LUMEN_FAMILY_RETENTION, false, false, false, false},
+    {LUMEN_FAMILY_SSD, true, false, true, false},
+    {LUMEN_FAMILY_GLA, false, true, false, false},
+    {LUMEN_FAMILY_DELTA_NET, false, false, false, true},
+    {LUMEN_FAMILY_GATED_DELTA_NET, true, false, true, true},
+    {LUMEN_FAMILY_KDA, false, true, true, true},
 };
+
+const char* FamilyName(const FamilySetup& family) { return lumen_family_string(family.family); }
 
 bool Selected(const std::vector<std::string>& families, const FamilySetup& family) {
   return families.empty() ||
-         std::find(families.begin(), families.end(), family.name) != families.end();
+         std::find(families.begin(), families.end(), FamilyName(family)) != families.end();
 }
 
 const FamilySetup* FindFamily(const std::string& name) {
   for (const FamilySetup& family : kBenchFamilies) {
-    if (name == family.name) return &family;
+    if (name == FamilyName(family)) return &family;
   }
   return nullptr;
 }

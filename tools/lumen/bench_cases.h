@@ -25,13 +25,15 @@ constexpr double kBenchChunk = 32;
 constexpr int64_t kMisalignBytes = 16;
 
 struct FamilySetup {
-  const char* name;
   lumen_family family;
   bool scalar_gate;  // g [T, HV]
   bool vector_gate;  // g [T, HV, K]
   bool gate_raw;     // g raw, with A_log and dt_bias (as the models run it)
   bool delta;        // beta, qk_l2norm and beta_sigmoid
 };
+
+// The family's name (lumen_family_string of the linked library).
+const char* FamilyName(const FamilySetup& family);
 
 // Every family, in the order the tables print them.
 extern const FamilySetup kBenchFamilies[7];

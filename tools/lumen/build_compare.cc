@@ -226,7 +226,7 @@ bool ComparePrefill(const BuildCompareOptions& options, const std::vector<LumenA
                            cases[b]->States()});
       }
       const auto seconds = TimeInTurn(cases.size(), options, prefill);
-      same = PrintCell(family.name, tokens, threads, 1e3, seconds, results, options.bf16) &&
+      same = PrintCell(FamilyName(family), tokens, threads, 1e3, seconds, results, options.bf16) &&
              same;
     }
   }
@@ -260,7 +260,7 @@ bool CompareDecode(const BuildCompareOptions& options, const std::vector<LumenAp
             {OutputBytes(inputs, n * kBenchHeads * kBenchValueDim), cases[b]->States()});
       }
       const auto seconds = TimeInTurn(cases.size(), options, step);
-      same = PrintCell(family.name, n, threads, 1e6, seconds, results, options.bf16) && same;
+      same = PrintCell(FamilyName(family), n, threads, 1e6, seconds, results, options.bf16) && same;
     }
   }
   return same;

@@ -331,7 +331,7 @@ void RunDecode(const Options& options, const BenchInputs& buffers) {
             std::snprintf(gain, sizeof(gain), "%.2fx", one_thread / t.best_seconds);
           }
           std::printf("%-16s %4lld %3lld %-5s %11s (%3s) %7.2fx %7.2fx %7.2fx %8s\n",
-                      family.name, static_cast<long long>(n), static_cast<long long>(threads),
+                      FamilyName(family), static_cast<long long>(n), static_cast<long long>(threads),
                       misalign == 0 ? "line" : "+16B", Us(t.best_seconds).c_str(),
                       Percent(t.spread).c_str(), t.best_seconds / m.rmw.best_seconds,
                       t.best_seconds / m.memcpy_time.best_seconds,
@@ -404,7 +404,7 @@ void RunPrefill(const Options& options, const BenchInputs& buffers) {
           const Timing t = BestAndSpread(seconds);
           const double gflops = PrefillFlopsPerToken(family) * tokens / t.best_seconds * 1e-9;
           std::printf("%-16s %6lld %3lld %-5s %11.2f (%3s) %8.1f %6.1f %6s %9.1f ms %7.2fx\n",
-                      family.name, static_cast<long long>(tokens),
+                      FamilyName(family), static_cast<long long>(tokens),
                       static_cast<long long>(threads), misalign == 0 ? "line" : "+16B",
                       t.best_seconds * 1e3, Percent(t.spread).c_str(), gflops, peak,
                       Percent(gflops / peak).c_str(), loop_seconds * 1e3,

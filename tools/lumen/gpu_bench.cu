@@ -120,18 +120,11 @@ void* DeviceBFloat16(int64_t count, Draw draw) {
   return device;
 }
 
-struct Family {
-  const char* name;
-  int32_t family;
-};
-
-const Family kFamilies[] = {{"linear_attn", LUMEN_FAMILY_LINEAR_ATTN},
-                            {"retention", LUMEN_FAMILY_RETENTION},
-                            {"ssd", LUMEN_FAMILY_SSD},
-                            {"gla", LUMEN_FAMILY_GLA},
-                            {"delta_net", LUMEN_FAMILY_DELTA_NET},
-                            {"gated_delta_net", LUMEN_FAMILY_GATED_DELTA_NET},
-                            {"kda", LUMEN_FAMILY_KDA}};
+// Every family, in the order the tables print them (names: lumen_family_string).
+const int32_t kFamilies[] = {LUMEN_FAMILY_LINEAR_ATTN, LUMEN_FAMILY_RETENTION,
+                             LUMEN_FAMILY_SSD,         LUMEN_FAMILY_GLA,
+                             LUMEN_FAMILY_DELTA_NET,   LUMEN_FAMILY_GATED_DELTA_NET,
+                             LUMEN_FAMILY_KDA};
 
 bool HasG(int32_t f) {
   return f == LUMEN_FAMILY_SSD || f == LUMEN_FAMILY_GLA || f == LUMEN_FAMILY_GATED_DELTA_NET ||
@@ -349,10 +342,10 @@ void DecodeTable(const Options& options, int32_t state_dtype, double copy, cudaS
   std::printf("%-16s", "family");
   for (int32_t n : options.sessions) std::printf(" | N=%-4d us   TB/s   %%  ", n);
   std::printf("\n");
-  for (const Family& f : kFamilies) {
-    if (!Selected(options, f.name)) continue;
-    Bench bench(f.family, state_dtype);
-    std::printf("%-16s", f.name);
+  for (const int32_t family : kFamilies) {
+    if (!Selected(options, lumen_family_string(family))) continue;
+    Bench bench(family, state_dtype);
+    std::printf("%-16s", lumen_family_string(family));
     for (int32_t n : options.sessions) {
       const double ms = DecodeMs(bench, n, stream, reps, rng);
       const double bytes = 2.0 * n * kValueHeads * kKeyDim * kValueDim * state_bytes;
@@ -412,12 +405,12 @@ int RunGpuBench(int argc, char** argv) {
   DecodeTable(options, LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
   std::printf("\nprefill: lumen_engine_prefill_varlen from zero states (ms)\n");
   std::printf("%-16s | B=4 x T=8192 | B=1 x T=65536\n", "family");
-  for (const Family& f : kFamilies) {
-    if (!Selected(options, f.name)) continue;
-    Bench bench(f.family, LUMEN_DTYPE_FLOAT32);
+  for (const int32_t family : kFamilies) {
+    if (!Selected(options, lumen_family_string(family))) continue;
+    Bench bench(family, LUMEN_DTYPE_FLOAT32);
     const double a = PrefillMs(bench, 4, quick ? 1024 : 8192, stream, quick ? 1 : 3, rng);
     const double b = PrefillMs(bench, 1, quick ? 4096 : 65536, stream, quick ? 1 : 2, rng);
-    std::printf("%-16s | %12.2f | %13.2f\n", f.name, a, b);
+    std::printf("%-16s | %12.2f | %13.2f\n", lumen_family_string(family), a, b);
     std::fflush(stdout);
   }
   cudaStreamDestroy(stream);
