@@ -64,7 +64,7 @@ public static class LumenTests {
     return new[] {q, k, v, g, beta};
   }
 
-  // Gated DeltaNet in float64, the SPEC's recurrence: o [T, HV, V].
+  // Gated DeltaNet in float64, the recurrence of docs/spec.md §2: o [T, HV, V].
   static double[] Reference(float[][] x, int tokens) {
     var state = new double[HV, K, V];
     var o = new double[tokens * HV * V];

@@ -22,7 +22,7 @@ from layer_inputs import H, HV, K, V, random_inputs
 
 
 def gated_delta_net_reference(q, k, v, g, beta, scale):
-    """The SPEC's recurrence in float64: decay, erase with the decayed state, write, read."""
+    """The recurrence of docs/spec.md §2 in float64: decay, erase with the decayed state, write, read."""
     tokens = q.shape[0]
     state = np.zeros((HV, K, V))
     out = np.zeros((tokens, HV, V))

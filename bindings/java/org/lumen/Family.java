@@ -3,7 +3,7 @@ package org.lumen;
 import org.lumen.capi.LumenFamily;
 
 /**
- * The layer families: each one's update rule is in the SPEC (docs/spec.md).
+ * The layer families: each one's update rule is in docs/spec.md §2.
  * The C values (lumen_family) are {@link #value()}; {@link #of(int)} goes back.
  */
 public enum Family {

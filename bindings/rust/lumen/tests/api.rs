@@ -40,7 +40,7 @@ fn inputs(random: &mut Random, tokens: usize) -> [Vec<f32>; 5] {
     [q, k, v, g, beta]
 }
 
-/// Gated DeltaNet in float64, the SPEC's recurrence: o [T, HV, V].
+/// Gated DeltaNet in float64, the recurrence of docs/spec.md §2: o [T, HV, V].
 fn reference(x: &[Vec<f32>; 5], tokens: usize) -> Vec<f64> {
     let mut state = vec![0f64; HV * K * V];
     let mut out = vec![0f64; tokens * HV * V];

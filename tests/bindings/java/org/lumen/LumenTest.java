@@ -71,7 +71,7 @@ class LumenTest {
     return new float[][] {q, k, v, g, beta};
   }
 
-  /** Gated DeltaNet in float64, the SPEC's recurrence: o [T, HV, V]. */
+  /** Gated DeltaNet in float64, the recurrence of docs/spec.md §2: o [T, HV, V]. */
   static double[] reference(float[][] in, int tokens) {
     double[][][] state = new double[HV][K][V];
     double[] out = new double[tokens * HV * V];
