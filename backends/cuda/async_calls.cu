@@ -29,10 +29,8 @@ absl::Status CudaBackend::WaitForLayerCalls() {
     report_.settled_through = last_async_call_;  // nothing checked since: nothing failed
     return absl::OkStatus();
   }
-  // Graph replays are not tracked: the device may still be running one.
-  if (captured_input_checks_) {
-    LUMEN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "running an earlier layer call");
-  }
+  // Graph replays are not tracked: the header asks the caller to synchronize a replay's
+  // stream before such a call, so the record already holds what the replays found.
   unread_input_checks_ = false;
   uint64_t failed_call = 0;
   absl::Status status = TakeInputError(/*earlier=*/true, &failed_call);
@@ -79,14 +77,17 @@ void CudaBackend::AdvanceProbe() {
 absl::Status CudaBackend::TakeInputError(bool earlier, uint64_t* failed_call) {
   *failed_call = 0;
   InputErrorRecord record;
-  LUMEN_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(&record, input_error_, sizeof(record), cudaMemcpyDeviceToHost),
-      "reading the input check's record");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&record, input_error_, sizeof(record),
+                                             cudaMemcpyDeviceToHost, state_stream_),
+                             "reading the input check's record");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(state_stream_),
+                             "reading the input check's record");
   if (record.error == kNoInputError) return absl::OkStatus();
   *failed_call = record.call;
-  LUMEN_CUDA_RETURN_IF_ERROR(ClearInputErrorRecord(input_error_, nullptr),
+  LUMEN_CUDA_RETURN_IF_ERROR(ClearInputErrorRecord(input_error_, state_stream_),
                              "clearing the input check's record");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), "clearing the input check's record");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(state_stream_),
+                             "clearing the input check's record");
   static constexpr const char* kTensors[] = {"q", "k", "g", "v", "beta"};
   static constexpr InputDomain kDomains[] = {kFiniteValues, kLogGateValues, kUnitValues};
   const absl::Status status = InputOutOfDomain(

@@ -56,6 +56,7 @@ CudaBackend::CudaBackend(int32_t device) : device_(device), pool_(device) {}
 
 absl::Status CudaBackend::Initialize() {
   LUMEN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "selecting the device");
+  RelaxedCaptureMode relaxed;  // another thread may be capturing a graph meanwhile
   int major = 0;
   LUMEN_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_),
@@ -77,21 +78,32 @@ absl::Status CudaBackend::Initialize() {
                              "allocating the record's host copy");
   LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&probe_stream_, cudaStreamNonBlocking),
                              "creating a stream");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&state_stream_, cudaStreamNonBlocking),
+                             "creating a stream");
+  pool_.set_stream(state_stream_);
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&probe_done_, cudaEventDisableTiming),
                              "creating an event");
-  LUMEN_CUDA_RETURN_IF_ERROR(ClearInputErrorRecord(input_error_, nullptr),
+  LUMEN_CUDA_RETURN_IF_ERROR(ClearInputErrorRecord(input_error_, state_stream_),
                              "clearing the input check's record");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), "clearing the input check's record");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(state_stream_),
+                             "clearing the input check's record");
   return absl::OkStatus();
 }
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
-  cudaDeviceSynchronize();
-  for (auto& [stream, event] : pending_) cudaEventDestroy(event);
+  RelaxedCaptureMode relaxed;
+  // The engine's own work only: the caller's graph replays are theirs to finish first.
+  for (auto& [stream, event] : pending_) {
+    cudaEventSynchronize(event);
+    cudaEventDestroy(event);
+  }
+  if (probe_done_ != nullptr) cudaEventSynchronize(probe_done_);
+  if (state_stream_ != nullptr) cudaStreamSynchronize(state_stream_);
   if (scratch_free_ != nullptr) cudaEventDestroy(scratch_free_);
   if (probe_done_ != nullptr) cudaEventDestroy(probe_done_);
   if (probe_stream_ != nullptr) cudaStreamDestroy(probe_stream_);
+  if (state_stream_ != nullptr) cudaStreamDestroy(state_stream_);
   if (probe_copy_ != nullptr) cudaFreeHost(probe_copy_);
   cudaFree(scratch_);
   for (void* retired : retired_scratch_) cudaFree(retired);
@@ -143,6 +155,7 @@ absl::Status CudaBackend::LoadModel(const Model& model) {
   }
   float* device = nullptr;
   if (!host.empty()) {
+    RelaxedCaptureMode relaxed;
     const cudaError_t error = cudaMalloc(&parameters_, host.size() * sizeof(float));
     if (error == cudaErrorMemoryAllocation) {
       cudaGetLastError();
@@ -150,8 +163,11 @@ absl::Status CudaBackend::LoadModel(const Model& model) {
                                                    "parameters");
     }
     LUMEN_CUDA_RETURN_IF_ERROR(error, "allocating the model's parameters");
-    LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpy(parameters_, host.data(), host.size() * sizeof(float),
-                                          cudaMemcpyHostToDevice),
+    LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(parameters_, host.data(),
+                                               host.size() * sizeof(float),
+                                               cudaMemcpyHostToDevice, state_stream_),
+                               "copying the model's parameters");
+    LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(state_stream_),
                                "copying the model's parameters");
     device = static_cast<float*>(parameters_);
   }
@@ -201,6 +217,7 @@ absl::Status CudaBackend::LoadModel(const Model& model) {
 absl::StatusOr<void*> CudaBackend::AllocateState(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (absl::Status status = UseDevice(); !status.ok()) return status;
+  RelaxedCaptureMode relaxed;  // another thread may be capturing a graph meanwhile
   if (absl::Status status = WaitForLayerCalls(); !status.ok()) return status;
   return pool_.Take(bytes);
 }
@@ -213,41 +230,48 @@ void CudaBackend::FreeState(void* block) {
 absl::Status CudaBackend::ZeroState(void* block, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (absl::Status status = UseDevice(); !status.ok()) return status;
+  RelaxedCaptureMode relaxed;  // another thread may be capturing a graph meanwhile
   if (absl::Status status = WaitForLayerCalls(); !status.ok()) return status;
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(block, 0, bytes, nullptr), "zeroing a state");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), "zeroing a state");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(block, 0, bytes, state_stream_), "zeroing a state");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(state_stream_), "zeroing a state");
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::CopyState(void* dst, const void* src, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (absl::Status status = UseDevice(); !status.ok()) return status;
+  RelaxedCaptureMode relaxed;  // another thread may be capturing a graph meanwhile
   if (absl::Status status = WaitForLayerCalls(); !status.ok()) return status;
   LUMEN_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr), "copying a state");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), "copying a state");
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, state_stream_),
+      "copying a state");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(state_stream_), "copying a state");
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::StateToHost(void* host_dst, const void* src, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (absl::Status status = UseDevice(); !status.ok()) return status;
+  RelaxedCaptureMode relaxed;  // another thread may be capturing a graph meanwhile
   if (absl::Status status = WaitForLayerCalls(); !status.ok()) return status;
   LUMEN_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, nullptr),
+      cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, state_stream_),
       "copying a state to the host");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), "copying a state to the host");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(state_stream_),
+                             "copying a state to the host");
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::StateFromHost(void* dst, const void* host_src, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (absl::Status status = UseDevice(); !status.ok()) return status;
+  RelaxedCaptureMode relaxed;  // another thread may be capturing a graph meanwhile
   if (absl::Status status = WaitForLayerCalls(); !status.ok()) return status;
   LUMEN_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, nullptr),
+      cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, state_stream_),
       "copying a state to the device");
-  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), "copying a state to the device");
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(state_stream_),
+                             "copying a state to the device");
   return absl::OkStatus();
 }
 
@@ -260,6 +284,7 @@ absl::Status CudaBackend::EnsureScratch(int64_t bytes, bool capturing) {
                      scratch_bytes_.load(), ", and growing it cannot be captured: reserve "
                      "the scratch for the largest call first (lumen_engine_reserve)"));
   }
+  RelaxedCaptureMode relaxed;  // another thread may be capturing a graph meanwhile
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(scratch_free_), "waiting for the scratch");
   if (scratch_captured_) {
     // Graphs captured with the old buffer may be replayed: it lives as long as the engine.

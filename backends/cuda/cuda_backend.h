@@ -118,6 +118,9 @@ class CudaBackend : public Backend {
   int32_t calls_since_probe_ = 0;  // asynchronous calls since the last probe was enqueued
   AsyncCallReport report_;         // what TakeAsyncCallReport hands over next
   cudaStream_t probe_stream_ = nullptr;    // where AdvanceProbe's copies run
+  // Where the engine's own fills and copies run (state operations, the pool, the record):
+  // non-blocking, so they never wait for the legacy default stream, and waited for alone.
+  cudaStream_t state_stream_ = nullptr;
   InputErrorRecord* probe_copy_ = nullptr;  // pinned host memory
   cudaEvent_t probe_done_ = nullptr;
   uint64_t probe_through_ = 0;  // the newest call the probe in flight covers; 0: none

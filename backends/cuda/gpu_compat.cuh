@@ -23,6 +23,8 @@
 #define cudaStream_t hipStream_t
 #define cudaStreamCaptureStatus hipStreamCaptureStatus
 #define cudaStreamCaptureStatusNone hipStreamCaptureStatusNone
+#define cudaStreamCaptureMode hipStreamCaptureMode
+#define cudaStreamCaptureModeRelaxed hipStreamCaptureModeRelaxed
 #define cudaSuccess hipSuccess
 #define cudaErrorInvalidValue hipErrorInvalidValue
 #define cudaErrorMemoryAllocation hipErrorOutOfMemory
@@ -64,6 +66,7 @@
 #define cudaStreamIsCapturing hipStreamIsCapturing
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaStreamWaitEvent hipStreamWaitEvent
+#define cudaThreadExchangeStreamCaptureMode hipThreadExchangeStreamCaptureMode
 
 // AMD GPUs have a fixed local data share and no shared-memory carveout to prefer: that hint
 // is a no-op there; every other attribute goes to the runtime.

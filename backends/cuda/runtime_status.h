@@ -32,4 +32,19 @@ inline bool IsCapturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+// For its lifetime, lets the calling thread make the runtime calls that another thread's
+// capture in cudaStreamCaptureModeGlobal forbids (an allocation, a free, a synchronous copy):
+// otherwise such a call fails and invalidates that capture. A thread-local mode, as PyTorch's
+// allocator sets it; the previous mode comes back at the end of the scope.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 }  // namespace lumen::cuda

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/gpu_compat.cuh"
+#include "backends/cuda/runtime_status.h"
 #include "backends/cuda/slot_runs.h"
 #include "src/status.h"
 
@@ -20,6 +21,7 @@ constexpr int64_t kMaxChunkBytes = int64_t{1} << 30;
 
 StatePool::~StatePool() {
   cudaSetDevice(device_);
+  RelaxedCaptureMode relaxed;
   for (void* chunk : chunks_) cudaFree(chunk);
 }
 
@@ -29,6 +31,7 @@ absl::Status StatePool::Grow(int64_t slot_bytes, SizeClass& size_class) {
   }
   int64_t slots = size_class.next_chunk_slots;
   void* chunk = nullptr;
+  RelaxedCaptureMode relaxed;  // another thread may be capturing a graph meanwhile
   cudaError_t error = cudaMalloc(&chunk, slots * slot_bytes);
   if (error == cudaErrorMemoryAllocation && slots > 1) {
     cudaGetLastError();  // not sticky; clear it and try for one slot
@@ -49,8 +52,8 @@ absl::Status StatePool::Grow(int64_t slot_bytes, SizeClass& size_class) {
                                                          : LUMEN_ERROR_BACKEND,
                       message);
   }
-  error = cudaMemset(chunk, 0, slots * slot_bytes);
-  if (error == cudaSuccess) error = cudaDeviceSynchronize();
+  error = cudaMemsetAsync(chunk, 0, slots * slot_bytes, stream_);
+  if (error == cudaSuccess) error = cudaStreamSynchronize(stream_);
   if (error != cudaSuccess) {
     cudaFree(chunk);
     return LumenError(LUMEN_ERROR_BACKEND, absl::StrCat("cannot zero session state: ",
@@ -76,10 +79,10 @@ absl::Status StatePool::Clean(int64_t slot_bytes, SizeClass& size_class) {
       dirty, slot_bytes, [this](const char* slot) { return chunk_starts_.count(slot) > 0; });
   cudaError_t error = cudaSuccess;
   for (const auto& [start, bytes] : runs) {
-    error = cudaMemsetAsync(start, 0, bytes, nullptr);
+    error = cudaMemsetAsync(start, 0, bytes, stream_);
     if (error != cudaSuccess) break;
   }
-  if (error == cudaSuccess) error = cudaStreamSynchronize(nullptr);
+  if (error == cudaSuccess) error = cudaStreamSynchronize(stream_);
   if (error != cudaSuccess) {
     return LumenError(LUMEN_ERROR_BACKEND,
                       absl::StrCat("cannot zero session state: ", cudaGetErrorString(error)));

@@ -1,6 +1,7 @@
 #pragma once
 // Session state blocks in device memory: slots cut from large allocations, grown on demand,
-// so that creating and destroying sessions costs no cudaMalloc each.
+// so that creating and destroying sessions costs no cudaMalloc each. Zeroing runs on the
+// engine's own stream and waits for that stream alone, never for the device.
 
 #include <cstdint>
 #include <map>
@@ -9,12 +10,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "backends/cuda/gpu_compat.cuh"
 
 namespace lumen::cuda {
 
 class StatePool {
  public:
   explicit StatePool(int32_t device) : device_(device) {}
+  // The stream the pool zeroes slots on (a non-blocking stream of the engine's); set once,
+  // before the first Take.
+  void set_stream(cudaStream_t stream) { stream_ = stream; }
   ~StatePool();
   StatePool(const StatePool&) = delete;
   StatePool& operator=(const StatePool&) = delete;
@@ -43,6 +48,7 @@ class StatePool {
   absl::Status Grow(int64_t slot_bytes, SizeClass& size_class);
 
   int32_t device_;
+  cudaStream_t stream_ = nullptr;
   std::map<int64_t, SizeClass> classes_;              // by slot size
   std::unordered_map<void*, int64_t> slot_bytes_of_;  // every slot handed out
   std::vector<void*> chunks_;                         // the cudaMalloc'd memory

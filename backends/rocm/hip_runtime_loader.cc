@@ -239,6 +239,7 @@ LUMEN_HIP_FORWARD(hipStreamWaitEvent, (void* stream, void* event, unsigned flags
 LUMEN_HIP_FORWARD(hipStreamCreateWithFlags, (void** stream, unsigned flags), (stream, flags))
 LUMEN_HIP_FORWARD(hipStreamDestroy, (void* stream), (stream))
 LUMEN_HIP_FORWARD(hipStreamIsCapturing, (void* stream, int* status), (stream, status))
+LUMEN_HIP_FORWARD(hipThreadExchangeStreamCaptureMode, (int* mode), (mode))
 LUMEN_HIP_FORWARD(hipEventCreateWithFlags, (void** event, unsigned flags), (event, flags))
 LUMEN_HIP_FORWARD(hipEventRecord, (void* event, void* stream), (event, stream))
 LUMEN_HIP_FORWARD(hipEventSynchronize, (void* event), (event))

@@ -69,6 +69,12 @@
  *     write_state, snapshot, restore, save, load) first waits for the engine's earlier
  *     asynchronous layer calls on their streams, then works synchronously. Work you replay
  *     from a CUDA graph is not known to the engine: synchronize its stream before such a call.
+ *     These calls, engine creation and lumen_engine_reserve wait for the engine's own work
+ *     only, on a non-blocking stream of the engine's: never for the legacy default stream or
+ *     the whole device, so they do not wait for your other kernels. They may run while
+ *     another thread captures a stream, in any capture mode: the allocations they may make
+ *     (growing the state pool or the scratch) run under the calling thread's relaxed capture
+ *     mode, which does not disturb that capture.
  *   - A launch that fails is reported by the call that launched it (LUMEN_ERROR_BACKEND). A
  *     kernel that faults while running is reported by the next call that waits for the device
  *     (any of the calls above, or cudaStreamSynchronize); CUDA errors of that kind are sticky,
@@ -539,8 +545,8 @@ LUMEN_API void lumen_reservation_init(lumen_reservation* reservation);
  * or max_tokens below 1, or max_sessions above 2^20 (1048576); LUMEN_ERROR_OUT_OF_MEMORY,
  * with the bytes asked for, when the device cannot hold the scratch (the engine may then hold
  * none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU
- * runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal).
- * Thread-safe: other threads may use the engine meanwhile (their calls wait for it).
+ * runtime. Thread-safe: other threads may use the engine meanwhile (their calls wait for it),
+ * and other threads may be capturing streams (see "GPU engines").
  */
 LUMEN_API lumen_status lumen_engine_reserve(lumen_engine* engine,
                                             const lumen_reservation* reservation);

@@ -82,7 +82,7 @@ TEST_CASE("input errors of device-buffer calls reach the next waiting call and c
     const DeviceTokens bad_device(bad_tokens), good_device(good_tokens);
     const int64_t o_count = n * layer.VPerToken();
     DeviceBuffer o(o_count * 4);
-    REQUIRE_CUDA(cudaMemset(o.get(), 0xff, o_count * 4));
+    o.Fill(0xff, stream);
     const std::vector<uint8_t> poisoned = o.Read();
     lumen_layer_output out;
     lumen_layer_output_init(&out);

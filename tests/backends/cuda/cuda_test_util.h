@@ -37,19 +37,34 @@ inline EnginePtr MakeEngineOn(const lumen_model* model, int32_t backend) {
   return EnginePtr(engine);
 }
 
-// Device memory holding a copy of `bytes`, freed on destruction.
+// Device memory holding a copy of `bytes`, freed on destruction. Every fill and copy has
+// finished when its call returns: the calls under test run on non-blocking streams, which do
+// not wait for the legacy default stream, so nothing may be left in flight there.
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(int64_t size) : size_(size) {
     if (size_ > 0) REQUIRE_CUDA(cudaMalloc(&data_, size_));
   }
   explicit DeviceBuffer(const std::vector<uint8_t>& bytes) : DeviceBuffer(bytes.size()) {
-    if (size_ > 0) REQUIRE_CUDA(cudaMemcpy(data_, bytes.data(), size_, cudaMemcpyHostToDevice));
+    if (size_ > 0) {
+      // A copy from pageable memory may return before its DMA has landed: wait for it.
+      REQUIRE_CUDA(cudaMemcpyAsync(data_, bytes.data(), size_, cudaMemcpyHostToDevice,
+                                   cudaStreamLegacy));
+      REQUIRE_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+    }
+  }
+  // Sets every byte to `value` on `stream`, the stream of the call that will write the buffer,
+  // and waits for it (0xff: NaN in every float).
+  void Fill(uint8_t value, cudaStream_t stream) {
+    if (size_ == 0) return;
+    REQUIRE_CUDA(cudaMemsetAsync(data_, value, size_, stream));
+    REQUIRE_CUDA(cudaStreamSynchronize(stream));
   }
   ~DeviceBuffer() { cudaFree(data_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   void* get() const { return data_; }
+  // The bytes, once the stream of the call that wrote them has been synchronized.
   std::vector<uint8_t> Read() const {
     std::vector<uint8_t> bytes(size_);
     if (size_ > 0) REQUIRE(cudaMemcpy(bytes.data(), data_, size_, cudaMemcpyDeviceToHost) == cudaSuccess);
@@ -321,7 +336,7 @@ inline void CompareBatchedSteps(const RefLayer& layer, int32_t n, int32_t steps,
 
     const DeviceTokens device(tokens);
     DeviceBuffer o(o_count * 4);
-    REQUIRE_CUDA(cudaMemset(o.get(), 0xff, o_count * 4));  // NaN
+    o.Fill(0xff, stream);  // NaN
     lumen_layer_inputs in = device.Inputs(layer, n, stream);
     lumen_layer_output out;
     lumen_layer_output_init(&out);

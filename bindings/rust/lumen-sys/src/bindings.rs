@@ -799,8 +799,8 @@ extern "C" {
     #[doc = " or max_tokens below 1, or max_sessions above 2^20 (1048576); LUMEN_ERROR_OUT_OF_MEMORY,"]
     #[doc = " with the bytes asked for, when the device cannot hold the scratch (the engine may then hold"]
     #[doc = " none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU"]
-    #[doc = " runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal)."]
-    #[doc = " Thread-safe: other threads may use the engine meanwhile (their calls wait for it)."]
+    #[doc = " runtime. Thread-safe: other threads may use the engine meanwhile (their calls wait for it),"]
+    #[doc = " and other threads may be capturing streams (see \"GPU engines\")."]
     pub fn lumen_engine_reserve(
         engine: *mut lumen_engine,
         reservation: *const lumen_reservation,

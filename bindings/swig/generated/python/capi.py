@@ -443,8 +443,8 @@ def lumen_engine_reserve(engine, reservation):
     or max_tokens below 1, or max_sessions above 2^20 (1048576); LUMEN_ERROR_OUT_OF_MEMORY,
     with the bytes asked for, when the device cannot hold the scratch (the engine may then hold
     none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU
-    runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal).
-    Thread-safe: other threads may use the engine meanwhile (their calls wait for it).
+    runtime. Thread-safe: other threads may use the engine meanwhile (their calls wait for it),
+    and other threads may be capturing streams (see "GPU engines").
     """
     return _capi.lumen_engine_reserve(engine, reservation)
 

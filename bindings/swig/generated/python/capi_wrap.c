@@ -8545,8 +8545,8 @@ static PyMethodDef SwigMethods[] = {
 		"or max_tokens below 1, or max_sessions above 2^20 (1048576); LUMEN_ERROR_OUT_OF_MEMORY,\n"
 		"with the bytes asked for, when the device cannot hold the scratch (the engine may then hold\n"
 		"none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU\n"
-		"runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal).\n"
-		"Thread-safe: other threads may use the engine meanwhile (their calls wait for it).\n"
+		"runtime. Thread-safe: other threads may use the engine meanwhile (their calls wait for it),\n"
+		"and other threads may be capturing streams (see \"GPU engines\").\n"
 		""},
 	 { "lumen_session_create", _wrap_lumen_session_create, METH_O, "\n"
 		"Creates a session of the engine's model with every state zero and every token count 0.\n"

@@ -310,8 +310,8 @@ public class Capi implements CapiConstants {
    * or max_tokens below 1, or max_sessions above 2^20 (1048576); LUMEN_ERROR_OUT_OF_MEMORY,<br>
    * with the bytes asked for, when the device cannot hold the scratch (the engine may then hold<br>
    * none: lumen_engine_scratch_bytes says); LUMEN_ERROR_BACKEND for a failure of the GPU<br>
-   * runtime (e.g. while another thread captures a stream in cudaStreamCaptureModeGlobal).<br>
-   * Thread-safe: other threads may use the engine meanwhile (their calls wait for it).
+   * runtime. Thread-safe: other threads may use the engine meanwhile (their calls wait for it),<br>
+   * and other threads may be capturing streams (see "GPU engines").
    */
   public static int lumen_engine_reserve(long engine, Reservation reservation) {
     int status = CapiJNI.lumen_engine_reserve(engine, Reservation.getCPtr(reservation), reservation);
