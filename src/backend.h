@@ -72,9 +72,12 @@ class Backend {
   // failure will not be charged to its sessions: one captured into a graph), else the number
   // a later TakeAsyncCallReport speaks of.
   virtual absl::StatusOr<AsyncCallId> Run(const LayerSpec& spec, const LayerRun& run) = 0;
+  // Whether Run may return numbered calls. A backend whose calls all finish in Run says no,
+  // and the engine then keeps no ledger for it (and takes no lock for one).
+  virtual bool has_async_calls() const { return false; }
   // What the backend learned of its numbered calls since the last report; each fact is
   // reported once. The engine asks after every call into the backend that may wait for the
-  // device. A backend whose calls all finish in Run has nothing to report.
+  // device.
   virtual AsyncCallReport TakeAsyncCallReport() { return {}; }
 
   // Makes every later call of at most max_sessions sessions and max_tokens tokens, on any

@@ -50,6 +50,7 @@ void Engine::SettleAsyncCalls() {
 }
 
 absl::Status Engine::Settled(absl::Status status) {
+  if (!backend_->has_async_calls()) return status;
   std::lock_guard<std::mutex> lock(ledger_mutex_);
   SettleAsyncCalls();
   return status;
@@ -275,7 +276,8 @@ absl::Status Engine::RunLayer(bool chunkwise, int32_t layer,
   run.inputs = &current;
   run.output = &output;
   if (run.num_tokens() == 0) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(ledger_mutex_);
+  std::unique_lock<std::mutex> ledger(ledger_mutex_, std::defer_lock);
+  if (backend_->has_async_calls()) ledger.lock();
   absl::StatusOr<AsyncCallId> call = backend_->Run(spec, run);
   if (call.ok()) {
     AsyncCall pending{*call, layer, {}};
@@ -289,7 +291,7 @@ absl::Status Engine::RunLayer(bool chunkwise, int32_t layer,
     if (*call != kFinishedCall) async_calls_.push_back(std::move(pending));
   }
   // A call that waits for the device (host buffers) may have learned of earlier calls.
-  SettleAsyncCalls();
+  if (ledger.owns_lock()) SettleAsyncCalls();
   return call.status();
 }
 

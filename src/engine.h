@@ -100,7 +100,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::unique_ptr<Backend> backend_;
 
   // Held from a layer call's Run until its entry is in the ledger, so that no report is
-  // applied before the entry of a call it speaks of.
+  // applied before the entry of a call it speaks of. Only for a backend with asynchronous
+  // calls: a CPU engine's state reads never wait for another session's layer call.
   std::mutex ledger_mutex_;
   std::deque<AsyncCall> async_calls_;  // oldest first; guarded by ledger_mutex_
 

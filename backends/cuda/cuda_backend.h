@@ -46,6 +46,7 @@ class CudaBackend : public Backend {
   absl::Status StateFromHost(void* dst, const void* host_src, int64_t bytes) override;
 
   absl::StatusOr<AsyncCallId> Run(const LayerSpec& spec, const LayerRun& run) override;
+  bool has_async_calls() const override { return true; }
   AsyncCallReport TakeAsyncCallReport() override;
 
   absl::Status Reserve(const Model& model, int32_t max_sessions, int32_t max_tokens) override;
