@@ -357,6 +357,188 @@ void DecodeTable(const Options& options, int32_t state_dtype, double copy, cudaS
   }
 }
 
+// Median wall-clock microseconds of `body` over `reps` calls, after `warmup` calls.
+template <typename Body>
+double MedianUs(int warmup, int reps, Body body) {
+  for (int i = 0; i < warmup; ++i) body();
+  std::vector<double> us(reps);
+  for (double& t : us) {
+    const auto start = std::chrono::steady_clock::now();
+    body();
+    t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count();
+  }
+  std::nth_element(us.begin(), us.begin() + reps / 2, us.end());
+  return us[reps / 2];
+}
+
+__global__ void EmptyKernel() {}
+
+// The Qwen3-Next preset layer (q/k/v convolutions of width 4, raw gates, beta logits) with one
+// session, stepped with host buffers as the README's main job and a Java or C# caller do, and
+// the same step over device buffers, beside what its parts cost alone: the copies from
+// pageable memory a call makes today, one pinned copy each way, and an empty launch.
+void HostStepTable(cudaStream_t stream, bool quick) {
+  lumen_model_builder* builder = nullptr;
+  Check(lumen_model_builder_create(&builder), "lumen_model_builder_create");
+  lumen_layer_options options;
+  lumen_layer_options_init_qwen3_next_gated_delta_net(&options);
+  Check(lumen_model_builder_add_layer(builder, &options, nullptr), "add_layer");
+  const int32_t hv = options.num_value_heads;
+  const int64_t qk_count = int64_t{options.num_heads} * options.key_dim;
+  const int64_t v_count = int64_t{hv} * options.value_dim;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> a_log(hv, std::log(4.0f)), dt_bias(hv, -4.0f);
+  Check(lumen_model_builder_set_param(builder, 0, LUMEN_PARAM_A_LOG, a_log.data(), hv),
+        "set_param");
+  Check(lumen_model_builder_set_param(builder, 0, LUMEN_PARAM_DT_BIAS, dt_bias.data(), hv),
+        "set_param");
+  const struct {
+    lumen_param param;
+    int64_t channels;
+  } convs[] = {{LUMEN_PARAM_CONV_Q_WEIGHT, qk_count},
+               {LUMEN_PARAM_CONV_K_WEIGHT, qk_count},
+               {LUMEN_PARAM_CONV_V_WEIGHT, v_count}};
+  for (const auto& conv : convs) {
+    std::vector<float> weights(conv.channels * options.conv_size);
+    for (float& w : weights) w = 0.5f * normal(rng);
+    Check(lumen_model_builder_set_param(builder, 0, conv.param, weights.data(),
+                                        static_cast<int64_t>(weights.size())),
+          "set_param");
+  }
+  lumen_model* model = nullptr;
+  Check(lumen_model_builder_build(builder, &model), "lumen_model_builder_build");
+  lumen_model_builder_destroy(builder);
+  lumen_engine_options engine_options;
+  lumen_engine_options_init(&engine_options);
+  engine_options.backend = LUMEN_BACKEND_CUDA;
+  lumen_engine* engine = nullptr;
+  Check(lumen_engine_create(model, &engine_options, &engine), "lumen_engine_create");
+  lumen_session* session = nullptr;
+  Check(lumen_session_create(engine, &session), "lumen_session_create");
+
+  // Host inputs (bf16) and output (fp32), and device copies of them.
+  const int64_t counts[] = {qk_count, qk_count, v_count, hv, hv};  // q, k, v, g, beta
+  std::vector<uint16_t> host_in[5];
+  void* device_in[5] = {};
+  int64_t input_bytes = 0;
+  for (int i = 0; i < 5; ++i) {
+    host_in[i].resize(counts[i]);
+    for (uint16_t& x : host_in[i]) x = ToBFloat16(normal(rng));
+    CheckCuda(cudaMalloc(&device_in[i], counts[i] * 2), "cudaMalloc");
+    CheckCuda(cudaMemcpy(device_in[i], host_in[i].data(), counts[i] * 2, cudaMemcpyHostToDevice),
+              "cudaMemcpy");
+    input_bytes += counts[i] * 2;
+  }
+  std::vector<float> host_o(v_count);
+  void* device_o = nullptr;
+  CheckCuda(cudaMalloc(&device_o, v_count * 4), "cudaMalloc");
+  auto describe = [&](lumen_memory memory, const void* const* in, void* o,
+                      lumen_layer_inputs* inputs, lumen_layer_output* output) {
+    lumen_layer_inputs_init(inputs);
+    inputs->dtype = LUMEN_DTYPE_BFLOAT16;
+    inputs->memory = memory;
+    inputs->stream = stream;
+    inputs->q = in[0], inputs->q_count = counts[0];
+    inputs->k = in[1], inputs->k_count = counts[1];
+    inputs->v = in[2], inputs->v_count = counts[2];
+    inputs->g = in[3], inputs->g_count = counts[3];
+    inputs->beta = in[4], inputs->beta_count = counts[4];
+    lumen_layer_output_init(output);
+    output->dtype = LUMEN_DTYPE_FLOAT32;
+    output->memory = memory;
+    output->o = o;
+    output->o_count = v_count;
+  };
+  const void* host_ptrs[5] = {host_in[0].data(), host_in[1].data(), host_in[2].data(),
+                              host_in[3].data(), host_in[4].data()};
+  const void* device_ptrs[5] = {device_in[0], device_in[1], device_in[2], device_in[3],
+                                device_in[4]};
+  lumen_layer_inputs host_inputs, device_inputs;
+  lumen_layer_output host_output, device_output;
+  describe(LUMEN_MEMORY_HOST, host_ptrs, host_o.data(), &host_inputs, &host_output);
+  describe(LUMEN_MEMORY_DEVICE, device_ptrs, device_o, &device_inputs, &device_output);
+
+  const int warmup = 20, reps = quick ? 200 : 2000;
+  const double host_us = MedianUs(warmup, reps, [&] {
+    Check(lumen_session_step(session, 0, &host_inputs, &host_output), "lumen_session_step");
+  });
+  const double device_us = MedianUs(warmup, reps, [&] {
+    Check(lumen_session_step(session, 0, &device_inputs, &device_output), "lumen_session_step");
+    CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  });
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CheckCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "BeginCapture");
+  const lumen_status captured = lumen_session_step(session, 0, &device_inputs, &device_output);
+  CheckCuda(cudaStreamEndCapture(stream, &graph), "EndCapture");
+  Check(captured, "lumen_session_step (captured)");
+  CheckCuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  const double graph_us = 1e3 * TimeMs(stream, warmup, reps, [&] {
+    CheckCuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  });
+  const double graph_sync_us = MedianUs(warmup, reps, [&] {
+    CheckCuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  });
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+
+  // The parts alone: today's five pageable copies in and one out, then one pinned copy each
+  // way of the same bytes, then an empty kernel; each followed by one synchronisation.
+  const double pageable_us = MedianUs(warmup, reps, [&] {
+    for (int i = 0; i < 5; ++i) {
+      CheckCuda(cudaMemcpyAsync(device_in[i], host_ptrs[i], counts[i] * 2,
+                                cudaMemcpyHostToDevice, stream),
+                "cudaMemcpyAsync");
+    }
+    CheckCuda(cudaMemcpyAsync(host_o.data(), device_o, v_count * 4, cudaMemcpyDeviceToHost,
+                              stream),
+              "cudaMemcpyAsync");
+    CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  });
+  void* pinned = nullptr;
+  void* device_staging = nullptr;
+  CheckCuda(cudaMallocHost(&pinned, input_bytes + v_count * 4), "cudaMallocHost");
+  CheckCuda(cudaMalloc(&device_staging, input_bytes + v_count * 4), "cudaMalloc");
+  const double pinned_us = MedianUs(warmup, reps, [&] {
+    CheckCuda(cudaMemcpyAsync(device_staging, pinned, input_bytes, cudaMemcpyHostToDevice,
+                              stream),
+              "cudaMemcpyAsync");
+    CheckCuda(cudaMemcpyAsync(static_cast<char*>(pinned) + input_bytes,
+                              static_cast<char*>(device_staging) + input_bytes, v_count * 4,
+                              cudaMemcpyDeviceToHost, stream),
+              "cudaMemcpyAsync");
+    CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  });
+  const double launch_us = MedianUs(warmup, reps, [&] {
+    EmptyKernel<<<1, 32, 0, stream>>>();
+    CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  });
+  cudaFreeHost(pinned);
+  cudaFree(device_staging);
+
+  std::printf("one session's step of the Qwen3-Next preset layer (convolutions, raw gates; bf16 "
+              "inputs, fp32 output; median us per call, wall clock):\n");
+  std::printf("  host buffers (lumen_session_step)               %8.1f\n", host_us);
+  std::printf("  device buffers, then a stream synchronisation   %8.1f\n", device_us);
+  std::printf("  the same step as a graph: replay + synchronise  %8.1f   (device time %.1f)\n",
+              graph_sync_us, graph_us);
+  std::printf("  anchors: 5 pageable copies in, 1 out, 1 sync    %8.1f\n", pageable_us);
+  std::printf("           1 pinned copy in, 1 out, 1 sync        %8.1f   (%lld + %lld bytes)\n",
+              pinned_us, static_cast<long long>(input_bytes),
+              static_cast<long long>(v_count * 4));
+  std::printf("           an empty kernel + 1 sync               %8.1f\n\n", launch_us);
+  std::fflush(stdout);
+
+  for (void* p : device_in) cudaFree(p);
+  cudaFree(device_o);
+  lumen_session_destroy(session);
+  lumen_engine_destroy(engine);
+  lumen_model_destroy(model);
+}
+
 }  // namespace
 
 int RunGpuBench(int argc, char** argv) {
@@ -374,6 +556,7 @@ int RunGpuBench(int argc, char** argv) {
               copy / 1e12);
   std::mt19937 rng(7);
 
+  HostStepTable(stream, quick);
   if (options.decode_only) {
     DecodeTable(options, LUMEN_DTYPE_FLOAT32, copy, stream, reps, rng);
     DecodeTable(options, LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
