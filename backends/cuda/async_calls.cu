@@ -82,6 +82,12 @@ absl::Status CudaBackend::TakeInputError(bool earlier, uint64_t* failed_call) {
                              "reading the input check's record");
   LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(state_stream_),
                              "reading the input check's record");
+  return ReportInputError(record, earlier, failed_call);
+}
+
+absl::Status CudaBackend::ReportInputError(const InputErrorRecord& record, bool earlier,
+                                           uint64_t* failed_call) {
+  *failed_call = 0;
   if (record.error == kNoInputError) return absl::OkStatus();
   *failed_call = record.call;
   LUMEN_CUDA_RETURN_IF_ERROR(ClearInputErrorRecord(input_error_, state_stream_),

@@ -105,6 +105,7 @@ CudaBackend::~CudaBackend() {
   if (probe_stream_ != nullptr) cudaStreamDestroy(probe_stream_);
   if (state_stream_ != nullptr) cudaStreamDestroy(state_stream_);
   if (probe_copy_ != nullptr) cudaFreeHost(probe_copy_);
+  if (staging_ != nullptr) cudaFreeHost(staging_);
   cudaFree(scratch_);
   for (void* retired : retired_scratch_) cudaFree(retired);
   cudaFree(parameters_);
@@ -306,6 +307,30 @@ absl::Status CudaBackend::EnsureScratch(int64_t bytes, bool capturing) {
   }
   LUMEN_CUDA_RETURN_IF_ERROR(error, "allocating scratch");
   scratch_bytes_ = size;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::EnsureStaging(int64_t bytes) {
+  if (bytes <= staging_bytes_) return absl::OkStatus();
+  // At least 64 KiB (a one-token step of any usual layer) and doubling, so that a stream of
+  // growing prefills allocates a few times, not on every call.
+  const int64_t size = std::max({bytes, int64_t{64} << 10, 2 * staging_bytes_});
+  RelaxedCaptureMode relaxed;  // another thread may be capturing a graph meanwhile
+  if (staging_ != nullptr) {
+    LUMEN_CUDA_RETURN_IF_ERROR(cudaFreeHost(staging_), "freeing the host staging");
+  }
+  staging_ = nullptr;
+  staging_bytes_ = 0;
+  const cudaError_t error = cudaMallocHost(&staging_, size);
+  if (error == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    staging_ = nullptr;
+    return LumenError(LUMEN_ERROR_OUT_OF_MEMORY,
+                      absl::StrCat("out of pinned host memory: a call with host buffers needs ",
+                                   bytes, " bytes of staging"));
+  }
+  LUMEN_CUDA_RETURN_IF_ERROR(error, "allocating the host staging");
+  staging_bytes_ = size;
   return absl::OkStatus();
 }
 

@@ -70,6 +70,10 @@ class CudaBackend : public Backend {
   // asynchronous call before this one), the failing call's number goes to *failed_call (0
   // when none) and the record is emptied.
   absl::Status TakeInputError(bool earlier, uint64_t* failed_call);
+  // TakeInputError's second half, for a record the caller has read: formats its error and
+  // empties the device's record.
+  absl::Status ReportInputError(const InputErrorRecord& record, bool earlier,
+                                uint64_t* failed_call);
   // Learns, without waiting, that asynchronous calls have run: every kProbeInterval of them,
   // a copy of the record is enqueued (on probe_stream_, after every stream's work so far) into
   // pinned host memory; once it has landed and shows no error, the calls it covers go into the
@@ -81,6 +85,9 @@ class CudaBackend : public Backend {
   // Makes scratch_ hold at least `bytes`; growing waits for scratch_free_ and reallocates.
   // While capturing, a call that needs more fails (UNSUPPORTED) instead.
   absl::Status EnsureScratch(int64_t bytes, bool capturing);
+  // Makes staging_ hold at least `bytes`. Only calls with host buffers use it, and they wait
+  // for their copies before returning, so nothing is in flight when it grows.
+  absl::Status EnsureStaging(int64_t bytes);
 
   // `extras` is the scratch of the convolution and Mamba-2 passes (PlanExtras), `scratch` the
   // prefill's own.
@@ -107,6 +114,10 @@ class CudaBackend : public Backend {
   cudaEvent_t scratch_free_ = nullptr;  // recorded after the last asynchronous use
   bool scratch_captured_ = false;        // a graph captured a call using scratch_
   std::vector<void*> retired_scratch_;   // outgrown buffers that captured graphs may use
+  // Pinned host memory laid out as the host part of the scratch, then the check's record:
+  // where calls with host buffers gather their inputs and receive their output.
+  void* staging_ = nullptr;
+  int64_t staging_bytes_ = 0;
 
 
   std::vector<std::pair<cudaStream_t, cudaEvent_t>> pending_;  // streams with async work

@@ -1,8 +1,13 @@
 // One layer call: copy host inputs in, dispatch to the step or the prefill path, copy a host
 // output back. Over device buffers it returns before the kernels run, and the call's number
 // goes to the engine's ledger until the input check has reported (async_calls.cu).
+// Host buffers travel through the engine's pinned staging, which mirrors the host part of the
+// scratch: the inputs go in one copy, the output and the check's record come back in two, and
+// the call waits once. Copies from pageable memory would each block the thread for a staging
+// round trip of the driver's, several times the kernels' time for a one-token step.
 
 #include <algorithm>
+#include <cstring>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/runtime_status.h"
@@ -27,8 +32,14 @@ absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerR
   const int64_t g_bytes = T * spec.g_per_token() * in_size;
   const int64_t beta_bytes = spec.delta_rule() ? T * spec.num_value_heads * in_size : 0;
   const int64_t o_count = T * spec.num_value_heads * spec.value_dim;
+  const bool host_io = host_inputs || host_output;
+  if (host_io && capturing) {
+    return LumenError(LUMEN_ERROR_UNSUPPORTED,
+                      "a call with LUMEN_MEMORY_HOST buffers waits for its output, which a "
+                      "captured stream cannot do: capture calls over device buffers");
+  }
   // A call that synchronises reports its own input error: report an earlier one first.
-  if ((host_inputs || host_output) && (unread_input_checks_ || captured_input_checks_)) {
+  if (host_io && (unread_input_checks_ || captured_input_checks_)) {
     if (absl::Status status = WaitForLayerCalls(); !status.ok()) return status;
   }
 
@@ -43,8 +54,16 @@ absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerR
     if (g_bytes > 0) g_at = layout.Add(g_bytes);
     if (beta_bytes > 0) beta_at = layout.Add(beta_bytes);
   }
+  const int64_t inputs_end = layout.total();
   if (host_output) o_at = layout.Add(o_count * out_size);
   const int64_t host_io_bytes = layout.total();
+  char* staging = nullptr;
+  if (host_io) {
+    if (absl::Status s = EnsureStaging(host_io_bytes + sizeof(InputErrorRecord)); !s.ok()) {
+      return s;
+    }
+    staging = static_cast<char*>(staging_);
+  }
   const int64_t extras_bytes = PlanExtras(spec, run).total;
   const int64_t prefill_bytes =
       run.chunkwise ? PlanPrefill(spec, run).total : 0;
@@ -79,11 +98,12 @@ absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerR
                   {in.beta, beta_at, beta_bytes, &inputs.beta}};
     for (const Copy& copy : copies) {
       if (copy.at < 0) continue;
-      LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scratch + copy.at, copy.src, copy.bytes,
-                                                 cudaMemcpyHostToDevice, stream),
-                                 "copying inputs to the device");
+      std::memcpy(staging + copy.at, copy.src, copy.bytes);
       *copy.dst = scratch + copy.at;
     }
+    LUMEN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(scratch, staging, inputs_end, cudaMemcpyHostToDevice, stream),
+        "copying inputs to the device");
   } else {
     inputs.q = in.q;
     inputs.k = in.k;
@@ -99,19 +119,24 @@ absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerR
                     : RunSteps(spec, run, inputs, o, extras, stream);
   if (!status.ok()) return status;
 
-  if (host_inputs || host_output) {
+  if (host_io) {
+    const int64_t o_bytes = o_count * out_size;
+    if (host_output) {
+      LUMEN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(staging + o_at, o, o_bytes, cudaMemcpyDeviceToHost, stream),
+          "copying the output to the host");
+    }
+    auto* record = reinterpret_cast<InputErrorRecord*>(staging + host_io_bytes);
+    LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(record, input_error_, sizeof(*record),
+                                               cudaMemcpyDeviceToHost, stream),
+                               "reading the input check's record");
     LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "running the layer call");
     // A failing call changed no state; its output is not copied back either.
-    uint64_t failed_call = 0;
-    if (absl::Status input = TakeInputError(/*earlier=*/false, &failed_call); !input.ok()) {
-      return input;
+    if (record->error != kNoInputError) {
+      uint64_t failed_call = 0;
+      return ReportInputError(*record, /*earlier=*/false, &failed_call);
     }
-    if (host_output) {
-      LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.o, o, o_count * out_size,
-                                                 cudaMemcpyDeviceToHost, stream),
-                                 "copying the output to the host");
-      LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "copying the output");
-    }
+    if (host_output) std::memcpy(out.o, staging + o_at, o_bytes);
     return kFinishedCall;
   }
   unread_input_checks_ = true;

@@ -63,8 +63,10 @@
  *     stream is captured it fails with LUMEN_ERROR_UNSUPPORTED, changing nothing (reserve
  *     first). Graphs of such calls share the scratch: replay them in order with the
  *     engine's other calls (one stream, or synchronize in between).
- *   - A call with any LUMEN_MEMORY_HOST buffer copies through the engine's device scratch and
- *     returns when its output has been written back and the state updated.
+ *   - A call with any LUMEN_MEMORY_HOST buffer copies through the engine's pinned host
+ *     staging and device scratch (one copy in, one out) and returns when its output has been
+ *     written back and the state updated. It cannot be captured: on a stream being captured
+ *     it is LUMEN_ERROR_UNSUPPORTED and enqueues nothing.
  *   - Every other call that touches a session's state (create, fork, reset, read_state,
  *     write_state, snapshot, restore, save, load) first waits for the engine's earlier
  *     asynchronous layer calls on their streams, then works synchronously. Work you replay

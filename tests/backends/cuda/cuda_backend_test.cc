@@ -144,6 +144,7 @@ TEST_CASE("a CUDA call leaves the pool's other slots unchanged bit for bit", "[.
   }
 }
 
+// Host buffers go through the engine's pinned staging; either side may be host memory alone.
 TEST_CASE("CUDA host-buffer and device-buffer calls agree bit for bit", "[.cuda]") {
   std::mt19937 rng(TestSeed());
   for (const RefLayer& layer : EveryFamily(2, 4, 128, 128, rng)) {
@@ -152,6 +153,8 @@ TEST_CASE("CUDA host-buffer and device-buffer calls agree bit for bit", "[.cuda]
     const LayerEngines engines(layer, n, rng);
     Sessions host = engines.SessionsOn(engines.gpu);
     Sessions device = engines.SessionsOn(engines.gpu);
+    Sessions host_in_only = engines.SessionsOn(engines.gpu);
+    Sessions host_out_only = engines.SessionsOn(engines.gpu);
     for (int32_t in_dtype : {LUMEN_DTYPE_FLOAT32, LUMEN_DTYPE_BFLOAT16, LUMEN_DTYPE_FLOAT16}) {
       const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, n, rng), in_dtype);
       const int64_t o_count = n * layer.VPerToken();
@@ -174,13 +177,28 @@ TEST_CASE("CUDA host-buffer and device-buffer calls agree bit for bit", "[.cuda]
           lumen_engine_step_batch(engines.gpu.get(), 0, device.handles.data(), n, &din, &dout));
       REQUIRE_CUDA(cudaDeviceSynchronize());
       CHECK(o.Read() == host_out.bytes);
+
+      DeviceBuffer o_mixed(o_count * DTypeBytes(in_dtype));
+      lumen_layer_output mixed_out = dout;
+      mixed_out.o = o_mixed.get();
+      REQUIRE_OK(lumen_engine_step_batch(engines.gpu.get(), 0, host_in_only.handles.data(), n,
+                                         &host_in, &mixed_out));
+      CHECK(o_mixed.Read() == host_out.bytes);
+      OutputBuffer mixed_host;
+      mixed_host.Reset(o_count, in_dtype);
+      lumen_layer_output mho = mixed_host.Output(0, o_count);
+      REQUIRE_OK(lumen_engine_step_batch(engines.gpu.get(), 0, host_out_only.handles.data(), n,
+                                         &din, &mho));
+      CHECK(mixed_host.bytes == host_out.bytes);
     }
     for (int32_t i = 0; i < n; ++i) {
       std::vector<float> a, za, b, zb;
       REQUIRE_OK(ReadState(host.handles[i], 0, layer, &a, &za));
-      REQUIRE_OK(ReadState(device.handles[i], 0, layer, &b, &zb));
-      CHECK(a == b);
-      CHECK(za == zb);
+      for (const Sessions* other : {&device, &host_in_only, &host_out_only}) {
+        REQUIRE_OK(ReadState(other->handles[i], 0, layer, &b, &zb));
+        CHECK(a == b);
+        CHECK(za == zb);
+      }
     }
   }
 }

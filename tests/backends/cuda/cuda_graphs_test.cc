@@ -71,6 +71,39 @@ TEST_CASE("a batched CUDA step captured in a graph replays like direct calls", "
   }
 }
 
+// A call with host buffers waits for its output, so it cannot be captured: it is refused
+// before it enqueues anything, and the capture around it stays valid.
+TEST_CASE("a CUDA call with host buffers on a captured stream is UNSUPPORTED and harmless",
+          "[.cuda]") {
+  std::mt19937 rng(TestSeed());
+  RefLayer layer = Layer(LUMEN_FAMILY_GATED_DELTA_NET, 2, 4, 32, 32);
+  const int32_t n = 2;
+  const LayerEngines engines(layer, n, rng);
+  Sessions sessions = engines.SessionsOn(engines.gpu);
+  const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, n, rng), LUMEN_DTYPE_FLOAT32);
+  const int64_t o_count = n * layer.VPerToken();
+  OutputBuffer host_out;
+  host_out.Reset(o_count, LUMEN_DTYPE_FLOAT32);
+  const Stream stream;
+  lumen_layer_inputs in = InputsFor(layer, tokens, 0, n);
+  in.stream = stream.get();
+  lumen_layer_output out = host_out.Output(0, o_count);
+  cudaGraph_t graph = nullptr;
+  REQUIRE_CUDA(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+  const lumen_status status =
+      lumen_engine_step_batch(engines.gpu.get(), 0, sessions.handles.data(), n, &in, &out);
+  const std::string message = lumen_last_error_message();
+  CHECK(cudaStreamEndCapture(stream.get(), &graph) == cudaSuccess);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  CHECK(status == LUMEN_ERROR_UNSUPPORTED);
+  CHECK(message.find("host buffers") != std::string::npos);
+  for (int32_t i = 0; i < n; ++i) {
+    std::vector<float> m, z;
+    REQUIRE_OK(ReadState(sessions.handles[i], 0, layer, &m, &z));
+    CHECK(m == engines.matrices[i]);
+  }
+}
+
 // A varlen prefill over device buffers, captured once the engine's scratch is large enough
 // (a direct call of the same shape grows it), replays like direct calls: outputs and every
 // state part bit for bit, conv windows included.
