@@ -26,7 +26,9 @@ not exist, or when a binding's documentation that repeats a claim (BINDING_REPEA
 longer finds it in the header or in the binding. Sentences compare with runs of white space
 as one space.
 
-Usage: check_header_claims.py REPOSITORY_ROOT      (also: --list, to print every claim)
+Usage: check_header_claims.py REPOSITORY_ROOT [--list | --self-test]
+  --list       print every claim with its subject
+  --self-test  check that edits of the header (a bound, a status, a new claim) are caught
 """
 
 import pathlib
@@ -130,9 +132,10 @@ def declared_name(code, struct):
     return None
 
 
-def header_sentences(root):
-    """[(subject, sentence)] of every sentence of lumen.h's comments, in order."""
-    lines = (root / HEADER).read_text().splitlines()
+def header_sentences(root, header_text=None):
+    """[(subject, sentence)] of every sentence of lumen.h's comments (or of header_text, a
+    version of it), in order."""
+    lines = (header_text or (root / HEADER).read_text()).splitlines()
     comments = []  # (first line, last line, text, subject or None, trailing)
     struct, i = None, 0
     while i < len(lines):
@@ -267,14 +270,10 @@ def accounted(root):
     return entries
 
 
-def main():
-    root = pathlib.Path(sys.argv[1]).resolve()
-    sentences = set(header_sentences(root))
-    claims = [key for key in header_sentences(root) if CLAIM_WORDS.search(key[1])]
-    if "--list" in sys.argv:
-        for subject, sentence in claims:
-            print(f"{subject}: {sentence}")
-        return 0
+def check(root, header_text=None):
+    """The header's claims and the problems with their accounting."""
+    sentences = set(header_sentences(root, header_text))
+    claims = [key for key in header_sentences(root, header_text) if CLAIM_WORDS.search(key[1])]
     errors = []
     seen = {}
     for key in claims:
@@ -310,10 +309,57 @@ def main():
         if squash(text) not in doc_text(root / file):
             errors.append(f"{file} no longer says \"{text}\": update BINDING_REPEATS in "
                           f"{pathlib.Path(__file__).name}")
+    return claims, errors
+
+
+def self_test(root):
+    """The checker catches a changed claim and a new one, and sees the claims it should."""
+    header = (root / HEADER).read_text()
+    failures = []
+    claims, errors = check(root, header)
+    if errors:
+        failures.append("the header as it is has problems (run without --self-test)")
+    subjects = {subject for subject, _ in claims}
+    for expected in ("Conventions", "GPU engines", "lumen_status_string", "lumen_session_load",
+                     "lumen_engine_options.num_threads", "lumen_engine_step_batch"):
+        if expected not in subjects:
+            failures.append(f"no claim found under {expected}")
+    # (what, text of the header, its replacement, what an error must quote)
+    edits = [
+        ("a bound changed", "32 + 56 * layers", "32 + 64 * layers", "32 + 64 * layers"),
+        ("a status changed", "is LUMEN_ERROR_UNSUPPORTED with a message",
+         "is LUMEN_ERROR_BACKEND with a message", "is LUMEN_ERROR_BACKEND with a message"),
+        ("a claim added", "Writes the number of layers to *out.",
+         "Writes the number of layers to *out. It is at most 2^20.", "It is at most 2^20."),
+        ("a field's bound changed", "at most 1024;", "at most 2048;", "at most 2048;"),
+    ]
+    for name, old, new, quoted in edits:
+        if old not in header:
+            failures.append(f"{name}: the header no longer has \"{old}\" to edit")
+            continue
+        _, errors = check(root, header.replace(old, new, 1))
+        if not any(quoted in error for error in errors):
+            failures.append(f"{name} (\"{old}\" -> \"{new}\") went unnoticed")
+    for failure in failures:
+        print(failure, file=sys.stderr)
+    print(f"self-test: {len(edits)} edits of the header, {len(failures)} failures")
+    return 1 if failures else 0
+
+
+def main():
+    root = pathlib.Path(sys.argv[1]).resolve()
+    if "--self-test" in sys.argv:
+        return self_test(root)
+    claims, errors = check(root)
+    if "--list" in sys.argv:
+        for subject, sentence in claims:
+            print(f"{subject}: {sentence}")
+        return 0
     for error in errors:
         print(error, file=sys.stderr)
-    print(f"{len(seen)} claims in lumen.h, {sum(key in covered for key in seen)} accounted "
-          f"for, {len(errors)} problems")
+    covered = len(set(claims)) - sum(1 for error in errors if error.startswith("lumen.h claims"))
+    print(f"{len(set(claims))} claims in lumen.h, {covered} accounted for, {len(errors)} "
+          "problems")
     return 1 if errors else 0
 
 

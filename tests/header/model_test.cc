@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -232,6 +233,53 @@ LUMEN_CLAIM_PROVEN_ELSEWHERE(
     "derives from the model fits in int64_t.",
     "tests/api/models_test.cc",
     "a model whose fp32 snapshot passes 2^62 bytes is rejected, though its bf16 state fits");
+
+TEST_CASE("lumen_model_layer_options writes the whole fields inside the caller's struct_size",
+          "[header][struct_size]") {
+  LUMEN_CLAIM("lumen_model_layer_options",
+              "Set out->struct_size first (lumen_layer_options_init does): the call writes the "
+              "fields that lie wholly inside that size, none beyond this header's sizeof, and "
+              "sets struct_size to the bytes written.");
+  LUMEN_CLAIM("lumen_model_layer_options",
+              "A struct_size below 0.1.0's struct or above 4096 is taken as 0.1.0's struct "
+              "(whose callers did not set it).");
+  RefLayer layer = SmallLayer(LUMEN_FAMILY_GLA);
+  const Stack stack({layer});
+  const uint32_t v0 = offsetof(lumen_layer_options, conv_size);
+  const uint32_t with_conv_size = offsetof(lumen_layer_options, conv_activation);
+  const uint32_t full = sizeof(lumen_layer_options);
+  struct Case {
+    uint32_t declared, written;
+  };
+  for (const Case& c : {Case{v0, v0}, Case{v0 + 1, v0}, Case{v0 + 3, v0},
+                        Case{with_conv_size, with_conv_size},
+                        Case{with_conv_size + 2, with_conv_size}, Case{full, full},
+                        Case{full + 16, full}, Case{4096, full}, Case{0, v0}, Case{v0 - 1, v0},
+                        Case{4097, v0}}) {
+    INFO("struct_size " << c.declared);
+    unsigned char buffer[sizeof(lumen_layer_options) + 32];
+    std::memset(buffer, 0x5a, sizeof buffer);
+    std::memcpy(buffer, &c.declared, sizeof c.declared);
+    REQUIRE_OK(lumen_model_layer_options(stack.model.get(), 0,
+                                         reinterpret_cast<lumen_layer_options*>(buffer)));
+    uint32_t written = 0;
+    std::memcpy(&written, buffer, sizeof written);
+    CHECK(written == c.written);
+    lumen_layer_options seen;
+    std::memcpy(&seen, buffer, sizeof seen);
+    CHECK(seen.family == LUMEN_FAMILY_GLA);
+    if (c.written > v0) CHECK(seen.conv_size == 0);
+    // Not a byte past what was written.
+    size_t first_changed_past = sizeof buffer;
+    for (size_t i = c.written; i < sizeof buffer; ++i) {
+      if (buffer[i] != 0x5a) {
+        first_changed_past = i;
+        break;
+      }
+    }
+    CHECK(first_changed_past == sizeof buffer);
+  }
+}
 
 TEST_CASE("an unknown state part is INVALID_ARGUMENT", "[header]") {
   LUMEN_CLAIM("lumen_model_state_count", "An unknown part is LUMEN_ERROR_INVALID_ARGUMENT.");
