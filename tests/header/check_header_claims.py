@@ -2,7 +2,8 @@
 """Every claim lumen.h makes about statuses, bounds and guarantees is accounted for.
 
 A claim is a sentence of a comment in capi/include/lumen/lumen.h that names a status
-(LUMEN_ERROR_...), states a bound ("at most") or a guarantee ("never", "no-op"). Each claim
+(LUMEN_ERROR_...), states a bound ("at most") or a guarantee ("never", "no-op", "always",
+"forever", "only ever", "unchanged", "changes nothing", "exactly as before"). Each claim
 has a subject: the declaration its comment documents (a function, type, field or enumerator),
 or the title of the part of the header's opening comment it stands in ("Conventions", ...).
 
@@ -37,7 +38,9 @@ import sys
 
 HEADER = "capi/include/lumen/lumen.h"
 TESTS = "tests/header"
-CLAIM_WORDS = re.compile(r"LUMEN_ERROR_|\bat most\b|\bnever\b|\bno-op\b")
+CLAIM_WORDS = re.compile(r"LUMEN_ERROR_|\bat most\b|\bnever\b|\bno-op\b|\bforever\b|\b[Aa]lways\b|"
+                         r"\bonly ever\b|\bunchanged\b|\bchang(?:es|ing) nothing\b|"
+                         r"\bno session changes\b|\bexactly as before\b")
 
 # Statements of the bindings' own documentation (not generated from lumen.h) that repeat a
 # claim of the header: (file, text the file holds, subject, the header's sentence). The

@@ -148,6 +148,15 @@ TEST_CASE("every destroy(NULL) is a no-op", "[header]") {
 // ---------------------------------------------------------------------------------------------
 // struct_size
 
+LUMEN_CLAIM_UNPROVEN(
+    "Conventions",
+    "Structs that start with struct_size (options, reservations, layer inputs and output) are "
+    "filled by their *_init(); new fields are only ever added at the end, and each says since "
+    "which version.",
+    "a rule for the header's authors, not a behaviour: src/struct_versions.h holds it at compile "
+    "time (each struct's added fields follow its first version and end at sizeof), and the "
+    "struct_size tests below list each struct's versions");
+
 // Whether a struct of `size` bytes is accepted by `call`, given the bytes of a valid struct
 // followed by zeros (the caller's bytes: up to the struct_size it declares).
 template <typename Struct, typename Call>

@@ -145,6 +145,34 @@ TEST_CASE("reserve: a NULL reservation, a bad struct_size, fewer than 1 or more 
   CHECK(reserve(1, INT32_MAX, size) == LUMEN_OK);
 }
 
+TEST_CASE("reserving on a CPU engine checks the arguments and changes nothing", "[header]") {
+  LUMEN_CLAIM("lumen_engine_reserve",
+              "CPU engine: checks the arguments and changes nothing (its layer calls keep their "
+              "scratch in host memory and need no reservation).");
+  const RefLayer layer = SmallLayer(LUMEN_FAMILY_DELTA_NET);
+  const Stack stack({layer});
+  EnginePtr engine;
+  REQUIRE_OK(CreateEngine(stack.model.get(), LUMEN_BACKEND_CPU, 1, &engine));
+  lumen_session* raw = nullptr;
+  REQUIRE_OK(lumen_session_create(engine.get(), &raw));
+  SessionPtr session(raw);
+  AddHistory(stack, session.get(), 3, 1);
+  const SessionState before = Capture(session.get(), stack.layers);
+  int64_t scratch = -1;
+  lumen_reservation reservation;
+  lumen_reservation_init(&reservation);
+  reservation.max_sessions = 64;
+  reservation.max_tokens = 4096;
+  REQUIRE_OK(lumen_engine_reserve(engine.get(), &reservation));
+  REQUIRE_OK(lumen_engine_scratch_bytes(engine.get(), &scratch));
+  CHECK(scratch == 0);
+  reservation.max_tokens = 0;
+  CHECK(lumen_engine_reserve(engine.get(), &reservation) == LUMEN_ERROR_INVALID_ARGUMENT);
+  REQUIRE_OK(lumen_engine_scratch_bytes(engine.get(), &scratch));
+  CHECK(scratch == 0);
+  CHECK(Capture(session.get(), stack.layers).SameBits(before));
+}
+
 LUMEN_CLAIM_UNPROVEN(
     "lumen_engine_reserve",
     "Returns LUMEN_ERROR_INVALID_ARGUMENT for a NULL reservation, a bad struct_size, "

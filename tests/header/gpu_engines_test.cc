@@ -14,6 +14,21 @@
 namespace lumen_fixture {
 namespace {
 
+LUMEN_CLAIM_UNPROVEN(
+    "GPU engines",
+    "The output and the new state are ready when the work enqueued on that stream before the "
+    "call returned has finished; the caller's buffers must stay valid and unchanged until "
+    "then.",
+    "a duty of the caller's, not a promise of the library's; that results are ready once the "
+    "stream's work has run is what every device-buffer test of the CUDA suite reads");
+
+LUMEN_CLAIM_PROVEN_ELSEWHERE(
+    "GPU engines",
+    "From the failing call until the report, every layer call of the engine (the failing one, "
+    "and any enqueued after it, graph replays included) leaves state and outputs unchanged.",
+    "tests/backends/cuda/cuda_errors_test.cc",
+    "input errors of device-buffer calls reach the next waiting call and change nothing");
+
 LUMEN_CLAIM_PROVEN_ELSEWHERE(
     "GPU engines",
     "One that needs more grows the scratch first: outside capture it waits for the engine's "

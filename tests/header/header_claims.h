@@ -1,11 +1,11 @@
 #pragma once
 // How the tests of tests/header name the sentence of lumen.h that each proves. The macros'
 // arguments are read by check_header_claims.py, which fails when a claim of the header (a
-// sentence naming a status, "at most", "never" or "no-op") is accounted for by none of them,
-// or when one quotes a sentence the header no longer has. Quote the sentence as lumen.h
-// writes it (line breaks become single spaces); `subject` is the declaration its comment
-// documents, or the title of the header's opening part ("Conventions", "GPU engines"):
-// check_header_claims.py --list prints every claim with its subject.
+// sentence naming a status, a bound or a guarantee: see CLAIM_WORDS there) is accounted for
+// by none of them, or when one quotes a sentence the header no longer has. Quote the sentence
+// as lumen.h writes it (line breaks become single spaces); `subject` is the declaration its
+// comment documents, or the title of the header's opening part ("Conventions", "GPU
+// engines"): check_header_claims.py --list prints every claim with its subject.
 
 #include <catch2/catch.hpp>
 

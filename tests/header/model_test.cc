@@ -214,6 +214,43 @@ TEST_CASE("build names a layer's missing parameters, and wants 1 to 2^20 layers"
   }
 }
 
+TEST_CASE("build leaves the builder unchanged, and it may build again", "[header]") {
+  LUMEN_CLAIM("lumen_model_builder_build", "The builder is left unchanged and may build again.");
+  BuilderPtr builder = NewBuilder();
+  RefLayer gdn = SmallLayer(LUMEN_FAMILY_GATED_DELTA_NET);
+  gdn.gate_raw = true;
+  const lumen_layer_options raw = lumen_test::ToOptions(gdn);
+  REQUIRE_OK(lumen_model_builder_add_layer(builder.get(), &raw, nullptr));
+  const std::vector<float> a_log = {0.1f, 0.2f, 0.3f, 0.4f};
+  REQUIRE_OK(lumen_model_builder_set_param(builder.get(), 0, LUMEN_PARAM_A_LOG, a_log.data(), 4));
+  // A failing build (dt_bias missing) leaves the builder as it was: finish it and build.
+  lumen_model* model = nullptr;
+  REQUIRE(lumen_model_builder_build(builder.get(), &model) == LUMEN_ERROR_INVALID_ARGUMENT);
+  REQUIRE_OK(lumen_model_builder_set_param(builder.get(), 0, LUMEN_PARAM_DT_BIAS, a_log.data(),
+                                           4));
+  REQUIRE_OK(lumen_model_builder_build(builder.get(), &model));
+  lumen_test::ModelPtr first(model);
+  // A successful build leaves it too: the same layers build again, and more can be added.
+  REQUIRE_OK(lumen_model_builder_build(builder.get(), &model));
+  lumen_test::ModelPtr second(model);
+  const lumen_layer_options plain = lumen_test::ToOptions(SmallLayer(LUMEN_FAMILY_GLA));
+  REQUIRE_OK(lumen_model_builder_add_layer(builder.get(), &plain, nullptr));
+  REQUIRE_OK(lumen_model_builder_build(builder.get(), &model));
+  lumen_test::ModelPtr third(model);
+  int32_t layers[3] = {};
+  REQUIRE_OK(lumen_model_num_layers(first.get(), &layers[0]));
+  REQUIRE_OK(lumen_model_num_layers(second.get(), &layers[1]));
+  REQUIRE_OK(lumen_model_num_layers(third.get(), &layers[2]));
+  CHECK(layers[0] == 1);
+  CHECK(layers[1] == 1);
+  CHECK(layers[2] == 2);
+  // The models share the layer the builder held, parameters included.
+  int64_t first_bytes = 0, second_bytes = 0;
+  REQUIRE_OK(lumen_model_state_bytes(first.get(), 0, &first_bytes));
+  REQUIRE_OK(lumen_model_state_bytes(second.get(), 0, &second_bytes));
+  CHECK(first_bytes == second_bytes);
+}
+
 LUMEN_CLAIM_PROVEN_ELSEWHERE(
     "lumen_model_builder_build",
     "Builds an immutable model from the builder's layers, checking that every layer has the "

@@ -167,6 +167,35 @@ LUMEN_CLAIM_PROVEN_ELSEWHERE("lumen_session_step",
                              "a session at 2^62 tokens restores, refuses more tokens, and "
                              "snapshots again");
 
+TEST_CASE("a failing prefill has the step's statuses and changes nothing", "[header]") {
+  LUMEN_CLAIM("lumen_session_prefill",
+              "Same errors as lumen_session_step; the session is unchanged on any error.");
+  const RefLayer layer = SmallLayer(LUMEN_FAMILY_GATED_DELTA_NET);
+  const Stack stack({layer});
+  SessionPtr session = stack.NewSession();
+  AddHistory(stack, session.get(), 5, 3);
+  const SessionState before = Capture(session.get(), stack.layers);
+  Tokens tokens(layer, 3, 4);
+  const std::vector<uint8_t> output_before = tokens.OutputBytes();
+  auto prefill = [&](int32_t index, int32_t n, const lumen_layer_inputs& inputs) {
+    lumen_layer_output o = tokens.output;
+    return lumen_session_prefill(session.get(), index, n, &inputs, &o);
+  };
+  CHECK(prefill(1, 3, tokens.inputs) == LUMEN_ERROR_OUT_OF_RANGE);
+  CHECK(prefill(0, 2, tokens.inputs) == LUMEN_ERROR_INVALID_ARGUMENT);  // counts for 3 tokens
+  CHECK(prefill(0, 0, tokens.inputs) == LUMEN_ERROR_INVALID_ARGUMENT);
+  lumen_layer_inputs missing = tokens.inputs;
+  missing.v = nullptr;
+  CHECK(prefill(0, 3, missing) == LUMEN_ERROR_INVALID_ARGUMENT);
+  // The last token's beta outside [0, 1]: the first two tokens must not have run either.
+  EncodedTokens bad = tokens.encoded;
+  const float too_big = 1.5f;
+  std::memcpy(bad.beta.data() + bad.beta.size() - sizeof too_big, &too_big, sizeof too_big);
+  CHECK(prefill(0, 3, lumen_test::InputsFor(layer, bad, 0, 3)) == LUMEN_ERROR_INVALID_ARGUMENT);
+  CHECK(Capture(session.get(), stack.layers).SameBits(before));
+  CHECK(tokens.OutputBytes() == output_before);
+}
+
 TEST_CASE("a batched step of no session is a no-op", "[header]") {
   LUMEN_CLAIM("lumen_engine_step_batch", "n = 0 is a no-op.");
   const RefLayer layer = SmallLayer(LUMEN_FAMILY_GLA);

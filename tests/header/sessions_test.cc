@@ -72,5 +72,24 @@ TEST_CASE("reading a part the layer does not keep is INVALID_ARGUMENT", "[header
   }
 }
 
+TEST_CASE("writing state leaves the token count as it was", "[header]") {
+  LUMEN_CLAIM("lumen_session_write_state", "The token count is unchanged.");
+  const RefLayer layer = SmallLayer(LUMEN_FAMILY_DELTA_NET);
+  const Stack stack({layer});
+  SessionPtr session = stack.NewSession();
+  AddHistory(stack, session.get(), 7, 2);
+  int64_t count = 0;
+  REQUIRE_OK(lumen_model_state_count(stack.model.get(), 0, LUMEN_STATE_MATRIX, &count));
+  std::vector<float> values(static_cast<size_t>(count), 0.25f);
+  REQUIRE_OK(lumen_session_write_state(session.get(), 0, LUMEN_STATE_MATRIX, values.data(),
+                                       count));
+  int64_t tokens = -1;
+  REQUIRE_OK(lumen_session_tokens(session.get(), 0, &tokens));
+  CHECK(tokens == 7);
+  std::vector<float> read(static_cast<size_t>(count));
+  REQUIRE_OK(lumen_session_read_state(session.get(), 0, LUMEN_STATE_MATRIX, read.data(), count));
+  CHECK(read == values);
+}
+
 }  // namespace
 }  // namespace lumen_fixture

@@ -103,6 +103,8 @@ TEST_CASE("restore: CORRUPT_SNAPSHOT for damage, SNAPSHOT_VERSION for a newer fo
               "count above 2^62, see lumen_session_tokens), LUMEN_ERROR_SNAPSHOT_VERSION for a "
               "newer format, LUMEN_ERROR_MODEL_MISMATCH when the snapshot's model differs from "
               "the session's (the message says which layer and what differs).");
+  LUMEN_CLAIM("lumen_session_restore",
+              "All or nothing: on any error the session is exactly as before.");
   const Stack stack({SmallLayer(LUMEN_FAMILY_GLA), SmallLayer(LUMEN_FAMILY_DELTA_NET)});
   SessionPtr source = stack.NewSession(), target = stack.NewSession();
   AddHistory(stack, source.get(), 4, 2);

@@ -35,4 +35,24 @@ TEST_CASE("lumen_status_string names every status, and any other value UNKNOWN_S
   }
 }
 
+TEST_CASE("status values are fixed: each keeps the number it was released with", "[header]") {
+  LUMEN_CLAIM("lumen_status", "Values are fixed forever; new codes are appended.");
+  // The numbers every released lumen has given them: a renumbering breaks every caller.
+  CHECK(LUMEN_OK == 0);
+  CHECK(LUMEN_ERROR_INVALID_ARGUMENT == 1);
+  CHECK(LUMEN_ERROR_OUT_OF_RANGE == 2);
+  CHECK(LUMEN_ERROR_MODEL_MISMATCH == 3);
+  CHECK(LUMEN_ERROR_OUT_OF_MEMORY == 4);
+  CHECK(LUMEN_ERROR_UNSUPPORTED == 5);
+  CHECK(LUMEN_ERROR_BACKEND == 6);
+  CHECK(LUMEN_ERROR_INTERNAL == 7);
+  CHECK(LUMEN_ERROR_BUFFER_TOO_SMALL == 8);
+  CHECK(LUMEN_ERROR_CORRUPT_SNAPSHOT == 9);
+  CHECK(LUMEN_ERROR_SNAPSHOT_VERSION == 10);
+  CHECK(LUMEN_ERROR_IO == 11);
+  // And the library agrees with the header on each.
+  CHECK(std::string(lumen_status_string(9)) == "LUMEN_ERROR_CORRUPT_SNAPSHOT");
+  CHECK(std::string(lumen_status_string(11)) == "LUMEN_ERROR_IO");
+}
+
 }  // namespace
