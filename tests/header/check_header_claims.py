@@ -3,7 +3,8 @@
 
 A claim is a sentence of a comment in capi/include/lumen/lumen.h that names a status
 (LUMEN_ERROR_...), states a bound ("at most") or a guarantee ("never", "no-op", "always",
-"forever", "only ever", "unchanged", "changes nothing", "exactly as before"). Each claim
+"forever", "only ever", "unchanged", "changes nothing", "only read", "bit for bit", ...: see
+CLAIM_WORDS). Each claim
 has a subject: the declaration its comment documents (a function, type, field or enumerator),
 or the title of the part of the header's opening comment it stands in ("Conventions", ...).
 
@@ -40,7 +41,9 @@ HEADER = "capi/include/lumen/lumen.h"
 TESTS = "tests/header"
 CLAIM_WORDS = re.compile(r"LUMEN_ERROR_|\bat most\b|\bnever\b|\bno-op\b|\bforever\b|\b[Aa]lways\b|"
                          r"\bonly ever\b|\bunchanged\b|\bchang(?:es|ing) nothing\b|"
-                         r"\bno session changes\b|\bexactly as before\b")
+                         r"\bno session changes\b|\bexactly as before\b|\bno object was changed\b|"
+                         r"\bchanges no session\b|\bwritten only on success\b|\bonly read\b|"
+                         r"\bowner only\b|\bgrows nothing\b|\bbit for bit\b")
 
 # Statements of the bindings' own documentation (not generated from lumen.h) that repeat a
 # claim of the header: (file, text the file holds, subject, the header's sentence). The
@@ -189,7 +192,8 @@ def header_sentences(root, header_text=None):
             struct_at = None
             for back in range(first, -1, -1):
                 if re.search(r"typedef\s+(?:struct|enum)\s+\w+\s*\{", lines[back]):
-                    struct_at = re.search(r"typedef\s+(?:struct|enum)\s+(\w+)", lines[back]).group(1)
+                    struct_at = re.search(r"typedef\s+(?:struct|enum)\s+(\w+)",
+                                          lines[back]).group(1)
                     break
                 if re.match(r"\s*\}", lines[back]):
                     break

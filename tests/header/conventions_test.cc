@@ -133,6 +133,89 @@ TEST_CASE("a NULL handle or out-pointer is INVALID_ARGUMENT, a layer outside the
   CHECK(Capture(session.get(), stack.layers).SameBits(before));
 }
 
+TEST_CASE("a failing call leaves a message and changes nothing; results only on success",
+          "[header]") {
+  LUMEN_CLAIM("Conventions",
+              "Every fallible call returns lumen_status; on failure lumen_last_error_message() "
+              "holds a message for the calling thread, and no object was changed.");
+  LUMEN_CLAIM("Conventions",
+              "Results come back through trailing out-pointers, written only on success.");
+  const Stack stack({SmallLayer(LUMEN_FAMILY_GLA)});
+  SessionPtr session = stack.NewSession();
+  AddHistory(stack, session.get(), 4, 1);
+  const SessionState before = Capture(session.get(), stack.layers);
+  lumen_model* const kUntouchedModel = reinterpret_cast<lumen_model*>(0x1);
+  lumen_engine* const kUntouchedEngine = reinterpret_cast<lumen_engine*>(0x1);
+  lumen_session* const kUntouchedSession = reinterpret_cast<lumen_session*>(0x1);
+  int64_t i64 = -99;
+  int32_t i32 = -99;
+  lumen_model* model = kUntouchedModel;
+  lumen_engine* engine = kUntouchedEngine;
+  lumen_session* created = kUntouchedSession;
+  lumen_engine_options bad_options;
+  lumen_engine_options_init(&bad_options);
+  bad_options.backend = 99;
+  lumen_model_builder* builder = nullptr;
+  REQUIRE_OK(lumen_model_builder_create(&builder));
+  lumen_test::BuilderPtr builder_owner(builder);
+  const std::vector<std::pair<const char*, std::function<lumen_status()>>> failing = {
+      {"build of no layer", [&] { return lumen_model_builder_build(builder, &model); }},
+      {"engine of an unknown backend",
+       [&] { return lumen_engine_create(stack.model.get(), &bad_options, &engine); }},
+      {"tokens of layer 5", [&] { return lumen_session_tokens(session.get(), 5, &i64); }},
+      {"state count of part 99",
+       [&] { return lumen_model_state_count(stack.model.get(), 0, 99, &i64); }},
+      {"state bytes of layer 7",
+       [&] { return lumen_model_state_bytes(stack.model.get(), 7, &i64); }},
+      {"fork of NULL", [&] { return lumen_session_fork(nullptr, &created); }},
+      {"restore of 3 bytes",
+       [&] {
+         const unsigned char junk[3] = {1, 2, 3};
+         return lumen_session_restore(session.get(), junk, 3);
+       }},
+      {"add_layer of family 0",
+       [&] {
+         lumen_layer_options options;
+         lumen_layer_options_init(&options);
+         return lumen_model_builder_add_layer(builder, &options, &i32);
+       }},
+  };
+  for (const auto& [name, call] : failing) {
+    INFO(name);
+    REQUIRE_OK(lumen_session_tokens(session.get(), 0, &i64));  // clears the thread's message
+    i64 = -99;
+    CHECK(std::string(lumen_last_error_message()).empty());
+    CHECK(Run(call) != LUMEN_OK);
+    CHECK(std::string(lumen_last_error_message()) != "");
+    CHECK(i64 == -99);
+    CHECK(i32 == -99);
+    CHECK(model == kUntouchedModel);
+    CHECK(engine == kUntouchedEngine);
+    CHECK(created == kUntouchedSession);
+    CHECK(Capture(session.get(), stack.layers).SameBits(before));
+  }
+}
+
+LUMEN_CLAIM_PROVEN_ELSEWHERE("Conventions",
+                             "Every fallible call returns lumen_status; on failure "
+                             "lumen_last_error_message() holds a message for the calling thread, "
+                             "and no object was changed.",
+                             "tests/api/failing_calls_test.cc",
+                             "failing session calls leave sessions and outputs unchanged");
+LUMEN_CLAIM_PROVEN_ELSEWHERE("Conventions",
+                             "Every fallible call returns lumen_status; on failure "
+                             "lumen_last_error_message() holds a message for the calling thread, "
+                             "and no object was changed.",
+                             "tests/api/failing_calls_test.cc",
+                             "failing batched calls leave every session unchanged");
+
+LUMEN_CLAIM_UNPROVEN("Conventions",
+                     "A session must not be used by two calls at the same time, including calls "
+                     "that only read it (fork, read_state, snapshot) while another call changes "
+                     "it.",
+                     "a duty of the caller's, which the library does not check (the bindings "
+                     "keep it: Rust's Session is Send but not Sync)");
+
 TEST_CASE("every destroy(NULL) is a no-op", "[header]") {
   LUMEN_CLAIM("Conventions", "*_destroy(NULL) is a no-op.");
   // A failed call's message stays: a no-op touches nothing, the thread's error included.
@@ -259,7 +342,8 @@ TEST_CASE("struct_size: a size between fields from the first version up is accep
   // came in 0.2.
   CheckSizesUpToSizeof("lumen_layer_options", calls.layer,
                        offsetof(lumen_layer_options, conv_size),
-                       {offsetof(lumen_layer_options, conv_activation), sizeof(lumen_layer_options)},
+                       {offsetof(lumen_layer_options, conv_activation),
+                        sizeof(lumen_layer_options)},
                        [&](const lumen_layer_options* o) { return calls.AddLayer(o); });
   // lumen_layer_inputs: 0.1.0's struct ended before stream.
   CheckSizesUpToSizeof("lumen_layer_inputs", calls.inputs, offsetof(lumen_layer_inputs, stream),
@@ -295,7 +379,8 @@ TEST_CASE("struct_size: the fields beyond an older caller's size take their defa
     uint32_t size;
     int32_t conv_size, conv_activation;
   };
-  for (const Case& c : {Case{offsetof(lumen_layer_options, conv_size), 0, LUMEN_CONV_ACTIVATION_SILU},
+  for (const Case& c : {Case{offsetof(lumen_layer_options, conv_size), 0,
+                             LUMEN_CONV_ACTIVATION_SILU},
                         Case{offsetof(lumen_layer_options, conv_activation), 3,
                              LUMEN_CONV_ACTIVATION_SILU},
                         Case{sizeof(lumen_layer_options), 3, LUMEN_CONV_ACTIVATION_NONE}}) {

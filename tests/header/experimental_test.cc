@@ -40,5 +40,11 @@ TEST_CASE("a CPU engine holds no device scratch, whatever it ran or reserved", "
   CHECK(scratch == 0);
 }
 
+LUMEN_CLAIM_PROVEN_ELSEWHERE("lumen_engine_scratch_bytes",
+                             "A call that needs no more than this grows nothing.",
+                             "tests/backends/cuda/cuda_graphs_test.cc",
+                             "a reserved CUDA engine captures prefills and conv steps without a "
+                             "first run");
+
 }  // namespace
 }  // namespace lumen_fixture

@@ -22,6 +22,15 @@ LUMEN_CLAIM_UNPROVEN(
     "a duty of the caller's, not a promise of the library's; that results are ready once the "
     "stream's work has run is what every device-buffer test of the CUDA suite reads");
 
+// The input-value tests run again on CUDA engines (ctest lumen_input_values_on_cuda runs
+// lumen_capi_tests' [input_values] with the CUDA backend): host buffers there.
+LUMEN_CLAIM_PROVEN_ELSEWHERE(
+    "GPU engines",
+    "A call with any LUMEN_MEMORY_HOST buffer returns the error itself, with the CPU backend's "
+    "message, and changes no session and no output.",
+    "tests/api/input_values_test.cc",
+    "out-of-domain inputs fail naming tensor, token and head, and change nothing");
+
 LUMEN_CLAIM_PROVEN_ELSEWHERE(
     "GPU engines",
     "From the failing call until the report, every layer call of the engine (the failing one, "

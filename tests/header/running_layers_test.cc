@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -155,6 +156,34 @@ TEST_CASE("a failing step is OUT_OF_RANGE or INVALID_ARGUMENT and changes nothin
   CHECK(step(0, bad_inputs, tokens.output) == LUMEN_ERROR_INVALID_ARGUMENT);
   CHECK(Capture(session.get(), stack.layers).SameBits(before));
   CHECK(tokens.OutputBytes() == output_before);
+}
+
+TEST_CASE("a layer call writes its output only on success and only reads its inputs",
+          "[header]") {
+  LUMEN_CLAIM("lumen_layer_output.o", "written only on success");
+  LUMEN_CLAIM("lumen_layer_inputs",
+              "Host buffers are only read during the call; device buffers until the call's work "
+              "on its stream has run (see \"GPU engines\").");
+  const RefLayer layer = SmallLayer(LUMEN_FAMILY_KDA);
+  const Stack stack({layer});
+  SessionPtr session = stack.NewSession();
+  Tokens tokens(layer, 5, 11);
+  const EncodedTokens inputs_before = tokens.encoded;
+  const std::vector<uint8_t> poisoned = tokens.OutputBytes();
+  // A failing prefill (one token short in v) writes no byte of o.
+  lumen_layer_inputs short_v = tokens.inputs;
+  short_v.v_count -= 1;
+  REQUIRE(lumen_session_prefill(session.get(), 0, 5, &short_v, &tokens.output) ==
+          LUMEN_ERROR_INVALID_ARGUMENT);
+  CHECK(tokens.OutputBytes() == poisoned);
+  // A successful one writes all of o, and leaves every input as it was.
+  REQUIRE_OK(lumen_session_prefill(session.get(), 0, 5, &tokens.inputs, &tokens.output));
+  for (float value : tokens.out.Values()) REQUIRE(std::isfinite(value));
+  CHECK(tokens.encoded.q == inputs_before.q);
+  CHECK(tokens.encoded.k == inputs_before.k);
+  CHECK(tokens.encoded.v == inputs_before.v);
+  CHECK(tokens.encoded.g == inputs_before.g);
+  CHECK(tokens.encoded.beta == inputs_before.beta);
 }
 
 LUMEN_CLAIM_PROVEN_ELSEWHERE("lumen_session_step",

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lumen/lumen.h"
@@ -142,6 +144,69 @@ TEST_CASE("restore: CORRUPT_SNAPSHOT for damage, SNAPSHOT_VERSION for a newer fo
   CHECK(message.find("layer 1") != std::string::npos);
   CHECK((message.find("V") != std::string::npos || message.find("value") != std::string::npos));
 }
+
+TEST_CASE("snapshot and save only read the session, saves of distinct sessions run at once",
+          "[header]") {
+  LUMEN_CLAIM("lumen_session_snapshot", "The session is only read.");
+  LUMEN_CLAIM("lumen_session_save", "Thread-safe for distinct sessions; the session is only read.");
+  // A delta-rule layer on the CPU holds a step's last write beside the state: reading the
+  // session must not show it either.
+  const RefLayer layer = SmallLayer(LUMEN_FAMILY_DELTA_NET);
+  const Stack stack({layer});
+  SessionPtr a = stack.NewSession(), b = stack.NewSession();
+  AddHistory(stack, a.get(), 5, 1);
+  AddHistory(stack, b.get(), 6, 2);
+  const SessionState a_before = Capture(a.get(), stack.layers);
+  const SessionState b_before = Capture(b.get(), stack.layers);
+  const Bytes a_snapshot = TakeSnapshot(a.get());
+  CHECK(Capture(a.get(), stack.layers).SameBits(a_before));
+  TempDir dir;
+  const fs::path a_path = dir.path() / "a.lumen", b_path = dir.path() / "b.lumen";
+  lumen_status a_status = LUMEN_ERROR_INTERNAL, b_status = LUMEN_ERROR_INTERNAL;
+  for (int round = 0; round < 20; ++round) {
+    std::thread other([&] { b_status = lumen_session_save(b.get(), b_path.c_str(), nullptr); });
+    a_status = lumen_session_save(a.get(), a_path.c_str(), nullptr);
+    other.join();
+    REQUIRE(a_status == LUMEN_OK);
+    REQUIRE(b_status == LUMEN_OK);
+  }
+  CHECK(Capture(a.get(), stack.layers).SameBits(a_before));
+  CHECK(Capture(b.get(), stack.layers).SameBits(b_before));
+  std::ifstream in(a_path, std::ios::binary);
+  const Bytes a_file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(a_file == a_snapshot);
+  SessionPtr loaded = stack.NewSession();
+  REQUIRE_OK(lumen_session_load(loaded.get(), b_path.c_str()));
+  CHECK(Capture(loaded.get(), stack.layers).SameBits(b_before));
+}
+
+TEST_CASE("a saved file is readable and writable by its owner only", "[header]") {
+  LUMEN_CLAIM("lumen_session_save",
+              "The file is readable and writable by its owner only (it holds a conversation).");
+  const Stack stack({SmallLayer(LUMEN_FAMILY_GLA)});
+  SessionPtr session = stack.NewSession();
+  TempDir dir;
+  const fs::path path = dir.path() / "session.lumen";
+  // Whatever the process's umask lets through, and over a file that others could read.
+  const mode_t old_mask = ::umask(0);
+  {
+    std::ofstream(path) << "an older file";
+  }
+  fs::permissions(path, fs::perms::all);
+  const lumen_status status = lumen_session_save(session.get(), path.c_str(), nullptr);
+  ::umask(old_mask);
+  REQUIRE(status == LUMEN_OK);
+  CHECK((fs::status(path).permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write));
+}
+
+LUMEN_CLAIM_PROVEN_ELSEWHERE("lumen_session_restore",
+                             "Replaces the session's state and token counts with those of a "
+                             "snapshot (host memory, only read), exactly as saved (an fp32 "
+                             "snapshot restores bit for bit, whatever values it holds).",
+                             "tests/snapshot/memory_test.cc",
+                             "snapshot then restore is bit exact and the session continues "
+                             "exactly");
 
 LUMEN_CLAIM_PROVEN_ELSEWHERE("lumen_session_save",
                              "A crash at any moment leaves the old file or the new one, never a "
