@@ -3,6 +3,11 @@
 // fields added since, in order. A caller built against an older header passes (or, for
 // out-structs, owns) a struct that ends after one of those fields, or at the first version's
 // end. A struct still at its first version has no fields added since (the primary template).
+//
+// Adding a field to a struct (at its end, marked "Since" in lumen.h): list it here, giving
+// the struct a specialization if it has none (kFirstSize then is the old sizeof), so that
+// callers of the older header keep working; AddedFieldsTile checks the list, and the
+// struct_size tests of tests/header/conventions_test.cc list each struct's versions.
 
 #include <array>
 #include <cstddef>
