@@ -49,7 +49,16 @@ CLAIM_WORDS = re.compile(r"LUMEN_ERROR_|\bat most\b|\bnever\b|\bno-op\b|\bforeve
 # claim of the header: (file, text the file holds, subject, the header's sentence). The
 # bindings' generated sources (bindings/swig/generated, lumen-sys's bindings.rs) carry the
 # header's comments themselves; bindings/regenerate.sh --check keeps them current.
+NO_OBJECT_CHANGED = ("Every fallible call returns lumen_status; on failure "
+                     "lumen_last_error_message() holds a message for the calling thread, and no "
+                     "object was changed.")
 BINDING_REPEATS = [
+    ("bindings/csharp/LumenException.cs", "The call changed nothing.", "Conventions",
+     NO_OBJECT_CHANGED),
+    ("bindings/csharp/README.md", "library's message; the call changed nothing.", "Conventions",
+     NO_OBJECT_CHANGED),
+    ("bindings/java/README.md", "The session is unchanged after any failed call.",
+     "Conventions", NO_OBJECT_CHANGED),
     ("bindings/java/org/lumen/EngineOptions.java",
      "Sets the CPU worker threads including the caller, at most 1024",
      "lumen_engine_options.num_threads",
