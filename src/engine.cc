@@ -183,7 +183,7 @@ absl::Status CheckBuffer(const char* name, const void* data, int64_t count, int6
 
 absl::Status CheckInputs(const LayerSpec& spec, const Backend& backend, int64_t tokens,
                          const lumen_layer_inputs& in, const lumen_layer_output& out) {
-  if (absl::Status status = CheckStructSize(in, "lumen_layer_inputs", kLayerInputsSizeV0);
+  if (absl::Status status = CheckStructSize(in, "lumen_layer_inputs");
       !status.ok()) {
     return status;
   }

@@ -70,7 +70,7 @@ constexpr int32_t kMaxHeadDim = 1 << 14;
 
 absl::Status LayerSpecFromOptions(const lumen_layer_options& user_options, LayerSpec* out) {
   if (absl::Status status =
-          CheckStructSize(user_options, "lumen_layer_options", kLayerOptionsSizeV0);
+          CheckStructSize(user_options, "lumen_layer_options");
       !status.ok()) {
     return status;
   }

@@ -63,7 +63,7 @@ struct LayerSpec {
 
 // Builds a LayerSpec from C options: validates them and resolves defaults
 // (HV = H when 0, scale = K^-0.5 when 0, eps = 1e-6 when 0, retention decays).
-// options.struct_size must cover the whole struct.
+// Checks options.struct_size first (lumen.h's rule); options must hold that many bytes.
 absl::Status LayerSpecFromOptions(const lumen_layer_options& options, LayerSpec* out);
 
 // Sets one parameter array after checking it applies to the layer and has the right size.

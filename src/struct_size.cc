@@ -19,12 +19,22 @@ LUMEN_ENDS_AT_LAST_FIELD(lumen_snapshot_options, state_dtype);
 
 }  // namespace
 
-absl::Status CheckStructSize(const void* user_struct, uint32_t struct_size, size_t min_size,
-                             size_t known_size, absl::string_view type_name) {
-  if (struct_size < min_size) {
+absl::Status CheckStructSize(const void* user_struct, uint32_t struct_size, size_t first_size,
+                             absl::Span<const AddedField> added_fields, size_t known_size,
+                             absl::string_view type_name) {
+  if (struct_size < first_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        type_name, ".struct_size is ", struct_size, ", smaller than the ", min_size,
-        " bytes of its fields: the struct is too small; fill it with ", type_name, "_init"));
+        type_name, ".struct_size is ", struct_size, ", smaller than the ", first_size,
+        " bytes of its first version: the struct is too small; fill it with ", type_name,
+        "_init"));
+  }
+  for (const AddedField& field : added_fields) {
+    if (field.offset < struct_size && struct_size < field.offset + field.size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          type_name, ".struct_size is ", struct_size, ", which ends inside field ", field.name,
+          " (bytes ", field.offset, " to ", field.offset + field.size,
+          "): no lumen.h has that size; fill it with ", type_name, "_init"));
+    }
   }
   if (struct_size > kMaxStructSize) {
     return absl::InvalidArgumentError(absl::StrCat(type_name, ".struct_size is ", struct_size,

@@ -50,7 +50,7 @@ lumen_status lumen_engine_create(const lumen_model* model, const lumen_engine_op
   if (options != nullptr) {
     absl::Status size = lumen::CheckStructSize(*options, "lumen_engine_options");
     if (!size.ok()) return FromStatus(size);
-    resolved = *options;
+    resolved = lumen::CurrentLayout(*options);
   }
   return Guard([&] {
     absl::StatusOr<std::shared_ptr<lumen::Engine>> engine =

@@ -157,13 +157,14 @@ lumen_status lumen_model_layer_options(const lumen_model* model, int32_t layer,
   options.state_dtype = static_cast<int32_t>(spec.state_dtype);
   options.conv_size = spec.conv_size;
   options.conv_activation = static_cast<int32_t>(spec.conv_activation);
-  // Write only the bytes the caller owns: its struct_size, or 0.1.0's struct when it set none
-  // (0.1.0 did not ask callers to).
+  // Write only the fields that lie wholly inside the bytes the caller owns: its struct_size,
+  // or 0.1.0's struct when it set none (0.1.0 did not ask callers to).
   uint32_t size = out->struct_size;
-  if (size < lumen::kLayerOptionsSizeV0 || size > lumen::kMaxStructSize) {
-    size = lumen::kLayerOptionsSizeV0;
+  if (size < lumen::StructHistory<lumen_layer_options>::kFirstSize ||
+      size > lumen::kMaxStructSize) {
+    size = lumen::StructHistory<lumen_layer_options>::kFirstSize;
   }
-  size = std::min<uint32_t>(size, sizeof(options));
+  size = lumen::WholeFieldsSize<lumen_layer_options>(size);
   options.struct_size = size;
   std::memcpy(out, &options, size);
   return Ok();

@@ -19,13 +19,14 @@ lumen_status ResolveDType(const lumen_snapshot_options* options, lumen::DType* o
   if (options == nullptr) return LUMEN_OK;
   absl::Status size = lumen::CheckStructSize(*options, "lumen_snapshot_options");
   if (!size.ok()) return FromStatus(size);
-  if (options->state_dtype != LUMEN_DTYPE_FLOAT32 &&
-      options->state_dtype != LUMEN_DTYPE_BFLOAT16) {
+  const lumen_snapshot_options current = lumen::CurrentLayout(*options);
+  if (current.state_dtype != LUMEN_DTYPE_FLOAT32 &&
+      current.state_dtype != LUMEN_DTYPE_BFLOAT16) {
     return Fail(LUMEN_ERROR_INVALID_ARGUMENT,
-                absl::StrCat("snapshot state_dtype ", options->state_dtype,
+                absl::StrCat("snapshot state_dtype ", current.state_dtype,
                              " is not supported (FLOAT32 or BFLOAT16)"));
   }
-  *out = static_cast<lumen::DType>(options->state_dtype);
+  *out = static_cast<lumen::DType>(current.state_dtype);
   return LUMEN_OK;
 }
 

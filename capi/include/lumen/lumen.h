@@ -21,10 +21,14 @@
  *   - Handles are reference counted internally: a session keeps its engine and model alive, an
  *     engine keeps its model alive, so *_destroy may be called in any order. *_destroy(NULL) is
  *     a no-op.
- *   - Options structs start with struct_size and are filled by their *_options_init(); new
- *     fields are only ever added at the end. A struct_size below this header's sizeof is
- *     LUMEN_ERROR_INVALID_ARGUMENT. A larger one (a caller built against a newer header) is
- *     accepted only when every byte beyond the fields this library knows is zero, i.e. the
+ *   - Structs that start with struct_size (options, reservations, layer inputs and output) are
+ *     filled by their *_init(); new fields are only ever added at the end, and each says
+ *     since which version. A struct_size that ends between two fields, from the end of the
+ *     struct's first version up to this header's sizeof, is accepted (a caller built against
+ *     an older header): the fields wholly inside it are read and the later ones take their
+ *     defaults. A struct_size below the first version's end, or one that ends inside a field,
+ *     is LUMEN_ERROR_INVALID_ARGUMENT. A larger one (a caller built against a newer header)
+ *     is accepted only when every byte beyond the fields this library knows is zero, i.e. the
  *     newer fields are left at their defaults; otherwise the call fails with
  *     LUMEN_ERROR_INVALID_ARGUMENT naming the offset of the first non-zero byte (the Linux
  *     kernel's convention for extensible structs). struct_size is at most 4096.
@@ -442,8 +446,9 @@ LUMEN_API lumen_status lumen_model_num_layers(const lumen_model* model, int32_t*
 /**
  * Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out.
  * Set out->struct_size first (lumen_layer_options_init does): the call writes the fields that
- * size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct
- * or above 4096 is taken as 0.1.0's struct (whose callers did not set it).
+ * lie wholly inside that size, none beyond this header's sizeof, and sets struct_size to the
+ * bytes written. A struct_size below 0.1.0's struct or above 4096 is taken as 0.1.0's struct
+ * (whose callers did not set it).
  */
 LUMEN_API lumen_status lumen_model_layer_options(const lumen_model* model, int32_t layer,
                                                  lumen_layer_options* out);
@@ -787,7 +792,7 @@ LUMEN_API lumen_status lumen_session_save(const lumen_session* session, const ch
  * Restores the session from the snapshot file `path`; same guarantees and statuses as
  * restore. Only a regular file is read: anything else (a FIFO, a device, a directory) is
  * LUMEN_ERROR_IO without waiting on it. A file whose size no snapshot of the session's model
- * can have is rejected after reading its head only (at most 32 + 48 * layers bytes).
+ * can have is rejected after reading its head only (at most 32 + 56 * layers bytes).
  */
 LUMEN_API lumen_status lumen_session_load(lumen_session* session, const char* path);
 

@@ -544,8 +544,9 @@ extern "C" {
 extern "C" {
     #[doc = " Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out."]
     #[doc = " Set out->struct_size first (lumen_layer_options_init does): the call writes the fields that"]
-    #[doc = " size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct"]
-    #[doc = " or above 4096 is taken as 0.1.0's struct (whose callers did not set it)."]
+    #[doc = " lie wholly inside that size, none beyond this header's sizeof, and sets struct_size to the"]
+    #[doc = " bytes written. A struct_size below 0.1.0's struct or above 4096 is taken as 0.1.0's struct"]
+    #[doc = " (whose callers did not set it)."]
     pub fn lumen_model_layer_options(
         model: *const lumen_model,
         layer: i32,
@@ -1463,7 +1464,7 @@ extern "C" {
     #[doc = " Restores the session from the snapshot file `path`; same guarantees and statuses as"]
     #[doc = " restore. Only a regular file is read: anything else (a FIFO, a device, a directory) is"]
     #[doc = " LUMEN_ERROR_IO without waiting on it. A file whose size no snapshot of the session's model"]
-    #[doc = " can have is rejected after reading its head only (at most 32 + 48 * layers bytes)."]
+    #[doc = " can have is rejected after reading its head only (at most 32 + 56 * layers bytes)."]
     pub fn lumen_session_load(
         session: *mut lumen_session,
         path: *const ::std::os::raw::c_char,

@@ -329,8 +329,9 @@ def lumen_model_layer_options(model, layer):
     r"""
     Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out.
     Set out->struct_size first (lumen_layer_options_init does): the call writes the fields that
-    size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct
-    or above 4096 is taken as 0.1.0's struct (whose callers did not set it).
+    lie wholly inside that size, none beyond this header's sizeof, and sets struct_size to the
+    bytes written. A struct_size below 0.1.0's struct or above 4096 is taken as 0.1.0's struct
+    (whose callers did not set it).
     """
     return _capi.lumen_model_layer_options(model, layer)
 
@@ -683,7 +684,7 @@ def lumen_session_load(session, path):
     Restores the session from the snapshot file `path`; same guarantees and statuses as
     restore. Only a regular file is read: anything else (a FIFO, a device, a directory) is
     LUMEN_ERROR_IO without waiting on it. A file whose size no snapshot of the session's model
-    can have is rejected after reading its head only (at most 32 + 48 * layers bytes).
+    can have is rejected after reading its head only (at most 32 + 56 * layers bytes).
     """
     return _capi.lumen_session_load(session, path)
 

@@ -8472,8 +8472,9 @@ static PyMethodDef SwigMethods[] = {
 	 { "lumen_model_layer_options", _wrap_lumen_model_layer_options, METH_VARARGS, "\n"
 		"Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out.\n"
 		"Set out->struct_size first (lumen_layer_options_init does): the call writes the fields that\n"
-		"size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct\n"
-		"or above 4096 is taken as 0.1.0's struct (whose callers did not set it).\n"
+		"lie wholly inside that size, none beyond this header's sizeof, and sets struct_size to the\n"
+		"bytes written. A struct_size below 0.1.0's struct or above 4096 is taken as 0.1.0's struct\n"
+		"(whose callers did not set it).\n"
 		""},
 	 { "lumen_model_state_count", _wrap_lumen_model_state_count, METH_VARARGS, "\n"
 		"Writes the element count of one part (lumen_state_part) of layer `layer`'s state in the\n"
@@ -8706,7 +8707,7 @@ static PyMethodDef SwigMethods[] = {
 		"Restores the session from the snapshot file `path`; same guarantees and statuses as\n"
 		"restore. Only a regular file is read: anything else (a FIFO, a device, a directory) is\n"
 		"LUMEN_ERROR_IO without waiting on it. A file whose size no snapshot of the session's model\n"
-		"can have is rejected after reading its head only (at most 32 + 48 * layers bytes).\n"
+		"can have is rejected after reading its head only (at most 32 + 56 * layers bytes).\n"
 		""},
 	 { "lumen_engine_scratch_bytes", _wrap_lumen_engine_scratch_bytes, METH_O, "\n"
 		"Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve\n"

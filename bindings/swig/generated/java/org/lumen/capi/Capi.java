@@ -201,8 +201,9 @@ public class Capi implements CapiConstants {
   /**
    * Writes a copy of layer `layer`'s options (defaults resolved: HV, scale, eps) to *out.<br>
    * Set out-&gt;struct_size first (lumen_layer_options_init does): the call writes the fields that<br>
-   * size holds and sets struct_size to the bytes written. A struct_size below 0.1.0's struct<br>
-   * or above 4096 is taken as 0.1.0's struct (whose callers did not set it).
+   * lie wholly inside that size, none beyond this header's sizeof, and sets struct_size to the<br>
+   * bytes written. A struct_size below 0.1.0's struct or above 4096 is taken as 0.1.0's struct<br>
+   * (whose callers did not set it).
    */
   public static int lumen_model_layer_options(long model, int layer, LayerOptions out) {
     int status = CapiJNI.lumen_model_layer_options(model, layer, LayerOptions.getCPtr(out), out);
@@ -541,7 +542,7 @@ public class Capi implements CapiConstants {
    * Restores the session from the snapshot file `path`; same guarantees and statuses as<br>
    * restore. Only a regular file is read: anything else (a FIFO, a device, a directory) is<br>
    * LUMEN_ERROR_IO without waiting on it. A file whose size no snapshot of the session's model<br>
-   * can have is rejected after reading its head only (at most 32 + 48 * layers bytes).
+   * can have is rejected after reading its head only (at most 32 + 56 * layers bytes).
    */
   public static int lumen_session_load(long session, String path) {
     int status = CapiJNI.lumen_session_load(session, path);
