@@ -40,6 +40,13 @@ LUMEN_CLAIM_PROVEN_ELSEWHERE(
 
 LUMEN_CLAIM_PROVEN_ELSEWHERE(
     "GPU engines",
+    "It cannot be captured: on a stream being captured it is LUMEN_ERROR_UNSUPPORTED and "
+    "enqueues nothing.",
+    "tests/backends/cuda/cuda_graphs_test.cc",
+    "a CUDA call with host buffers on a captured stream is UNSUPPORTED and harmless");
+
+LUMEN_CLAIM_PROVEN_ELSEWHERE(
+    "GPU engines",
     "One that needs more grows the scratch first: outside capture it waits for the engine's "
     "earlier asynchronous calls that use the scratch, frees it and allocates the larger size "
     "(cudaMalloc), so that call is not asynchronous; while the stream is captured it fails "
