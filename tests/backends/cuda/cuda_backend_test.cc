@@ -33,6 +33,57 @@ TEST_CASE("CUDA batched steps over device buffers match the CPU: every family, H
   }
 }
 
+// A session's step does not depend on the batch around it: stepped among N sessions at the
+// first, a middle or the last position, its output and state are bit for bit those of the
+// same session stepped alone. K = V = 128 takes the register kernel for fp32 state (and the
+// block kernel for the normalised layer, the pipelined one for bf16 state).
+TEST_CASE("a CUDA step is bitwise the same alone and at any position of any batch", "[.cuda]") {
+  std::mt19937 rng(TestSeed());
+  INFO("seed " << TestSeed());
+  std::vector<RefLayer> layers = EveryFamily(1, 2, 128, 128, rng);
+  RefLayer bf16_state = layers[8];  // gated_delta_net with Qwen3-Next's options
+  bf16_state.state_dtype = LUMEN_DTYPE_BFLOAT16;
+  layers.push_back(bf16_state);
+  for (const RefLayer& layer : layers) {
+    INFO(layer.Describe());
+    for (const int32_t n : {1, 7, 64, 1000}) {
+      INFO("n = " << n);
+      const LayerEngines engines(layer, n, rng);
+      Sessions batch = engines.SessionsOn(engines.gpu);
+      Sessions alone = engines.SessionsOn(engines.gpu);
+      const EncodedTokens tokens =
+          EncodeTokens(RandomTokens(layer, n, rng), LUMEN_DTYPE_BFLOAT16);
+      const int64_t per_token = layer.VPerToken();
+      OutputBuffer batch_out;
+      batch_out.Reset(n * per_token, LUMEN_DTYPE_FLOAT32);
+      lumen_layer_inputs in = InputsFor(layer, tokens, 0, n);
+      lumen_layer_output out = batch_out.Output(0, n * per_token);
+      REQUIRE_OK(
+          lumen_engine_step_batch(engines.gpu.get(), 0, batch.handles.data(), n, &in, &out));
+      std::vector<int32_t> positions = {0};
+      if (n / 2 > 0) positions.push_back(n / 2);
+      if (n - 1 > n / 2) positions.push_back(n - 1);
+      for (const int32_t position : positions) {
+        INFO("position " << position);
+        OutputBuffer alone_out;
+        alone_out.Reset(per_token, LUMEN_DTYPE_FLOAT32);
+        lumen_layer_inputs one = InputsFor(layer, tokens, position, 1);
+        lumen_layer_output one_out = alone_out.Output(0, per_token);
+        lumen_session* session = alone.handles[position];
+        REQUIRE_OK(lumen_session_step(session, 0, &one, &one_out));
+        CHECK(std::memcmp(alone_out.bytes.data(),
+                          batch_out.bytes.data() + position * per_token * 4,
+                          per_token * 4) == 0);
+        std::vector<float> a, za, b, zb;
+        REQUIRE_OK(ReadState(batch.handles[position], 0, layer, &a, &za));
+        REQUIRE_OK(ReadState(session, 0, layer, &b, &zb));
+        CHECK(a == b);
+        CHECK(za == zb);
+      }
+    }
+  }
+}
+
 TEST_CASE("CUDA steps match the CPU at odd and large dims", "[.cuda]") {
   std::mt19937 rng(TestSeed());
   INFO("seed " << TestSeed());
