@@ -35,8 +35,8 @@ TEST_CASE("CUDA batched steps over device buffers match the CPU: every family, H
 
 // A session's step does not depend on the batch around it: stepped among N sessions at the
 // first, a middle or the last position, its output and state are bit for bit those of the
-// same session stepped alone. K = V = 128 takes the register kernel for fp32 state (and the
-// block kernel for the normalised layer, the pipelined one for bf16 state).
+// same session stepped alone. Every decode kernel: the block kernel (fp32 state), the
+// pipelined one (bf16 state), the convolution passes of the layers that have them.
 TEST_CASE("a CUDA step is bitwise the same alone and at any position of any batch", "[.cuda]") {
   std::mt19937 rng(TestSeed());
   INFO("seed " << TestSeed());
