@@ -9,6 +9,7 @@ set(LUMEN_CUDA_SOURCES
   ${LUMEN_CUDA_DIR}/scratch_plan.cu
   ${LUMEN_CUDA_DIR}/state_pool.cu
   ${LUMEN_CUDA_DIR}/kernels/recurrent_step.cu
+  ${LUMEN_CUDA_DIR}/kernels/register_step.cu
   ${LUMEN_CUDA_DIR}/kernels/pipelined_step.cu
   ${LUMEN_CUDA_DIR}/kernels/prepare_inputs.cu
   ${LUMEN_CUDA_DIR}/kernels/convert.cu

@@ -1,5 +1,6 @@
-// The block step kernel, for every shape except bf16 state with K <= 128 and V % 4 == 0 (the
-// pipelined kernel of pipelined_step.cu takes those). A block owns one column tile of one value
+// The block step kernel, for every shape the register kernel (register_step.cu: fp32 state,
+// K = 128, V % 32 == 0, no normaliser, identity feature map) and the pipelined kernel
+// (pipelined_step.cu: bf16 state with K <= 128 and V % 4 == 0) do not take. A block owns one column tile of one value
 // head of one session:
 // rows split across kRowGroups thread groups, columns across kColumnThreads threads of kVec
 // consecutive columns each (one 16-byte access for fp32 state). Columns of S evolve
@@ -14,6 +15,7 @@
 
 #include "backends/cuda/kernels/block_sum.cuh"
 #include "backends/cuda/kernels/pipelined_step.cuh"
+#include "backends/cuda/kernels/register_step.cuh"
 #include "backends/cuda/kernels/step_columns.cuh"
 
 namespace lumen::cuda {
@@ -419,7 +421,9 @@ cudaError_t LaunchRecurrentStep(const StepArgs& args, const StepStates& states,
   if (args.num_sessions == 0) return cudaSuccess;
   // Every head's slice starts 16-byte aligned when V % 4 == 0 (blocks are 64-byte aligned).
   cudaError_t error = cudaSuccess;
-  if (PipelinedStepFits(args)) {
+  if (RegisterStepFits(args)) {
+    error = LaunchRegisterStep(args, states, stream);
+  } else if (PipelinedStepFits(args)) {
     error = LaunchPipelinedStep(args, states, stream);
   } else if (args.layer.value_dim % 4 == 0) {
     error = LaunchForKeyDim<4>(args, states, stream);
