@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds lumen and its threaded tests with ThreadSanitizer (GCC) in a build directory of
+# their own, then runs them there. Any data race, lock-order inversion or misuse of a mutex
+# fails the run (halt_on_error); every suppression in tsan.supp names its reason.
+#
+#   tests/sanitize/run_thread_sanitized_tests.sh SOURCE_DIR BUILD_DIR [JOBS]
+#
+# Run there: the C API suite (engines and sessions used from several threads at once, the
+# thread-local error messages), the snapshot suite, the kernels' suite (the thread pool) and
+# the sessions' case that runs one model on 1 and 4 threads. Not run: the conformance vectors
+# and the sessions against the reference (single-threaded calls, in the plain and the ASan +
+# UBSan builds), the bindings (their interpreters would need the TSan runtime preloaded), the
+# GPU tests. The library has no ifunc and no code that runs before main but static
+# constructors, so a TSan build starts like any other (backends/cpu/kernel_targets.h).
+set -euo pipefail
+
+source_dir="$1"
+build="$2"
+jobs="${3:-2}"
+flags="-fsanitize=thread -fno-omit-frame-pointer"
+# Compile time is most of this run's cost: -O1 with line tables only, and one build of the
+# CPU kernels instead of one per SIMD level (the same source and the same dispatch through a
+# table; the plain build tests every level).
+optimize="-O1 -g1 -DNDEBUG"
+
+start=$(date +%s)
+cmake -S "$source_dir" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="$optimize" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$optimize" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" \
+  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" \
+  -DLUMEN_ENABLE_CUDA=OFF -DLUMEN_ENABLE_HIP=OFF -DLUMEN_BUILD_TESTS=ON \
+  -DLUMEN_BUILD_EXAMPLES=OFF -DLUMEN_BUILD_BINDINGS=OFF -DLUMEN_CPU_SIMD_LEVELS=OFF \
+  -DLUMEN_SANITIZED_TESTS=OFF >/dev/null
+programs=(lumen_capi_tests lumen_snapshot_tests lumen_kernel_tests lumen_session_tests)
+cmake --build "$build" -j "$jobs" --target "${programs[@]}"
+built=$(date +%s)
+
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$source_dir/tests/sanitize/tsan.supp"
+# The sessions' suite only for its threaded case; the exhaustive truncation and bit-flip
+# restores, as in the ASan + UBSan run, are left to the plain build and the restore fuzzer.
+ctest --test-dir "$build" --output-on-failure -j "$jobs" -LE gpu \
+  -R "^(lumen_capi_tests|lumen_snapshot_tests|lumen_kernel_tests):|^lumen_session_tests:.*threads" \
+  -E "every truncation|every single-bit flip"
+end=$(date +%s)
+echo "run_thread_sanitized_tests.sh: build $((built - start)) s, tests $((end - built)) s"
