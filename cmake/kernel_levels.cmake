@@ -14,6 +14,11 @@ if(LUMEN_CPU_SIMD_LEVELS AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd6
     set(LUMEN_KERNEL_LEVELS avx2 avx512)
     set(LUMEN_KERNEL_FLAGS_avx2 -march=x86-64-v3)
     set(LUMEN_KERNEL_FLAGS_avx512 -march=x86-64-v4)
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+      # clang tunes x86-64-v4 for 256-bit vectors and splits the kernels' 512-bit tiles
+      # (small_matmul.h, recurrent.cc) into pairs of them; GCC keeps them whole.
+      list(APPEND LUMEN_KERNEL_FLAGS_avx512 -mprefer-vector-width=512)
+    endif()
   else()
     message(WARNING "${CMAKE_CXX_COMPILER} does not take -march=x86-64-v4: the CPU kernels "
                     "are built at the baseline level only (GCC 11 and clang 12 take it)")
