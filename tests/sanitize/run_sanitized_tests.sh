@@ -41,9 +41,8 @@ asan="detect_leaks=1:allocator_may_return_null=1:abort_on_error=1"
 export ASAN_OPTIONS="$asan:detect_stack_use_after_return=1:strict_string_checks=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 # Left out to keep CI within its budget (each still runs in the plain build): the exhaustive
-# truncation and bit-flip restores, which the restore fuzzer covers under ASan + UBSan, the
-# short main job, a long stream of the same steps the session tests make, and the kernels'
-# baseline build, the same tests on the same source.
+# truncation and bit-flip restores, which the restore fuzzer covers under ASan + UBSan, and
+# the short main job, a long stream of the same steps the session tests make.
 pattern=$(IFS='|'; echo "${programs[*]}")
 ctest --test-dir "$build" --output-on-failure -j "$jobs" -LE gpu -R "^($pattern):" \
   -E "every truncation|every single-bit flip"
