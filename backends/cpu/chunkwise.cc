@@ -633,6 +633,7 @@ using Shape = Vector128Shape;
 
 inline namespace LUMEN_KERNEL_NAMESPACE {
 
+LUMEN_KERNEL_ENTRY
 void RunChunkwiseAtLevel(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
                          ChunkState* state, float* normalizer, ChunkWorkspace* workspace) {
   RunChunks<Shape>(rule, seq, tokens_after, state, normalizer, workspace);

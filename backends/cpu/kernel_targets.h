@@ -24,6 +24,16 @@
 #define LUMEN_KERNEL_NAMESPACE baseline
 #endif
 
+// LUMEN_KERNEL_ENTRY marks a level's entry point. `flatten` inlines the whole call tree below
+// it (the tile loops, products, transposes and conversions), as it did in the GCC clones the
+// levels replaced, whose inlining `lumen bench --cpu` measured: the same code at the same
+// speed, and nothing of a level's left to the linker (see above).
+#if defined(__GNUC__)
+#define LUMEN_KERNEL_ENTRY __attribute__((flatten))
+#else
+#define LUMEN_KERNEL_ENTRY
+#endif
+
 namespace lumen::cpu {
 
 // In increasing width, so that a cap compares with <.

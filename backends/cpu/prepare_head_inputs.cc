@@ -86,12 +86,14 @@ inline void TransformQueryOrKeyRows(const LayerSpec& spec, float scale, const fl
 inline namespace LUMEN_KERNEL_NAMESPACE {
 
 // FirstOutOfDomain at this file's SIMD level: every value of a call is scanned once.
+LUMEN_KERNEL_ENTRY
 int64_t ScanForOutOfDomainAtLevel(const float* values, int64_t count,
                                   const InputDomain& domain) {
   return FirstOutOfDomain(values, count, domain);
 }
 
 // FirstOutOfDomain over `count` 16-bit values, without keeping their fp32 copy.
+LUMEN_KERNEL_ENTRY
 int64_t ScanHalfForOutOfDomainAtLevel(const uint16_t* values, DType dtype, int64_t count,
                                       const InputDomain& domain) {
   float block[kScanBlockValues];
@@ -105,6 +107,7 @@ int64_t ScanHalfForOutOfDomainAtLevel(const uint16_t* values, DType dtype, int64
 }
 
 // PrepareHeadInputs at this file's SIMD level.
+LUMEN_KERNEL_ENTRY
 void PrepareHeadInputsAtLevel(const LayerSpec& spec, const PreparedInputs& in,
                               int32_t value_head, int64_t t0, int64_t count,
                               HeadInputScratch* scratch, HeadSequence* seq) {

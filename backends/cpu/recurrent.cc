@@ -378,11 +378,13 @@ using Tiles = Vector128Tiles;
 
 inline namespace LUMEN_KERNEL_NAMESPACE {
 
+LUMEN_KERNEL_ENTRY
 void RunRecurrentAtLevel(const HeadRule& rule, const HeadSequence& seq, float* state,
                          float* normalizer, HeldWrite* write) {
   RunTokens<Tiles>(rule, seq, state, normalizer, write);
 }
 
+LUMEN_KERNEL_ENTRY
 void ApplyHeldWriteAtLevel(int32_t key_dim, int32_t value_dim, const HeldWrite& write,
                            float* state) {
   ApplyTiles<Tiles>(key_dim, value_dim, write, state);

@@ -70,6 +70,7 @@ inline namespace LUMEN_KERNEL_NAMESPACE {
 
 // ConvolveChannelsOf at this file's SIMD level: a prefill of a real model's layer spent as
 // long here as in its chunks when this ran at the baseline's SSE2 width.
+LUMEN_KERNEL_ENTRY
 void ConvolveChannelsAtLevel(const LayerSpec& spec, const float* weights_by_tap, const float* bias,
                       int64_t C, int64_t c0, int64_t c1, const float* x, int64_t n, float* y,
                       float* window, float* past) {

@@ -30,5 +30,6 @@ if [[ $checked -eq 0 ]]; then
   echo "FAIL: no objects given"
   exit 1
 fi
-[[ $status -eq 0 ]] && echo "OK: $checked objects of the wider SIMD levels define nothing outside their namespace"
+[[ $status -eq 0 ]] &&
+  echo "OK: $checked objects of the wider SIMD levels define nothing outside their namespace"
 exit $status
