@@ -36,7 +36,7 @@
 #include <cstdint>
 
 #include "backends/cpu/head_kernels.h"
-#include "backends/cpu/kernel_targets.h"
+#include "backends/cpu/kernel_table.h"
 #include "backends/cpu/prefetch.h"
 #include "backends/cpu/small_matmul.h"
 #include "backends/cpu/transpose.h"
@@ -93,14 +93,12 @@ int32_t GateWidth(GateKind gate, int32_t key_dim) {
   return 0;
 }
 
+// The workspace's buffer holds ChunkScratchFloats (head_kernels.h) floats at least:
+// RunChunkwise reserves them before it calls a level's kernel, so that no level's build
+// instantiates a std::vector's growth of its own (kernel_targets.h).
 ChunkScratch CarveScratch(int32_t key_dim, int32_t value_dim, ChunkWorkspace* workspace) {
   const int64_t c = kChunkSize;
   const int64_t k = std::max(key_dim, 1);
-  const int64_t needed =
-      15 * c * k + 2 * std::max(c, k) + 2 * c * c + c * value_dim + k * value_dim;
-  if (static_cast<int64_t>(workspace->buffer.size()) < needed) {
-    workspace->buffer.resize(needed);
-  }
   float* p = workspace->buffer.data();
   auto take = [&p](int64_t count) {
     float* view = p;
@@ -621,49 +619,25 @@ void RunChunks(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_aft
   }
 }
 
-// One build per SIMD level, each with the register tiles that level's registers hold (and
-// the panels they read).
-#if LUMEN_KERNEL_LEVELS
-LUMEN_KERNEL_AVX512
-void RunChunksAvx512(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
-                     ChunkState* state, float* normalizer, ChunkWorkspace* workspace) {
-  RunChunks<Avx512Shape>(rule, seq, tokens_after, state, normalizer, workspace);
-}
-
-LUMEN_KERNEL_AVX2
-void RunChunksAvx2(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
-                   ChunkState* state, float* normalizer, ChunkWorkspace* workspace) {
-  RunChunks<Avx2Shape>(rule, seq, tokens_after, state, normalizer, workspace);
-}
+// The register tiles of the level this file is compiled at (kernel_targets.h), and the
+// panels they read.
+#if defined(__AVX512F__)
+using Shape = Avx512Shape;
+#elif defined(__AVX2__)
+using Shape = Avx2Shape;
+#else
+using Shape = Vector128Shape;
 #endif
-
-LUMEN_KERNEL_BASELINE
-void RunChunksBaseline(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
-                       ChunkState* state, float* normalizer, ChunkWorkspace* workspace) {
-  RunChunks<Vector128Shape>(rule, seq, tokens_after, state, normalizer, workspace);
-}
 
 }  // namespace
 
-void RunChunkwise(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
-                  ChunkState* state, float* normalizer, ChunkWorkspace* workspace) {
-  switch (CpuKernelLevel()) {
-#if LUMEN_KERNEL_LEVELS
-    case KernelLevel::kAvx512:
-      RunChunksAvx512(rule, seq, tokens_after, state, normalizer, workspace);
-      return;
-    case KernelLevel::kAvx2:
-      RunChunksAvx2(rule, seq, tokens_after, state, normalizer, workspace);
-      return;
-#endif
-    default:
-      RunChunksBaseline(rule, seq, tokens_after, state, normalizer, workspace);
-      return;
-  }
+inline namespace LUMEN_KERNEL_NAMESPACE {
+
+LUMEN_KERNEL_ENTRY
+void RunChunkwiseAtLevel(const HeadRule& rule, const HeadSequence& seq, int64_t tokens_after,
+                         ChunkState* state, float* normalizer, ChunkWorkspace* workspace) {
+  RunChunks<Shape>(rule, seq, tokens_after, state, normalizer, workspace);
 }
 
-void ReserveChunkWorkspace(int32_t key_dim, int32_t value_dim, ChunkWorkspace* workspace) {
-  CarveScratch(key_dim, value_dim, workspace);
-}
-
+}  // namespace LUMEN_KERNEL_NAMESPACE
 }  // namespace lumen::cpu

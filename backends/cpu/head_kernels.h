@@ -47,6 +47,15 @@ struct ChunkWorkspace {
 // in L1 beside a strip of the state, and the C x C products do half the flops of 64's.
 inline constexpr int32_t kChunkSize = 32;
 
+// The floats of scratch a chunkwise run of heads of these dims carves out of its workspace
+// (chunkwise.cc, CarveScratch: fifteen [C, K] blocks, two rows, two [C, C] blocks, U and a
+// copy of the state).
+inline int64_t ChunkScratchFloats(int32_t key_dim, int32_t value_dim) {
+  const int64_t c = kChunkSize;
+  const int64_t k = key_dim > 1 ? key_dim : 1;
+  return 15 * c * k + 2 * (c > k ? c : k) + 2 * c * c + c * value_dim + k * value_dim;
+}
+
 // Sizes the workspace for heads of these dims, so that RunChunkwise never allocates (a call
 // that cannot get memory must fail before it changes any state).
 void ReserveChunkWorkspace(int32_t key_dim, int32_t value_dim, ChunkWorkspace* workspace);

@@ -1,35 +1,38 @@
 #pragma once
-// LUMEN_CPU_KERNEL marks a kernel entry point that GCC builds three times on x86-64 Linux:
-// for baseline x86-64 (SSE2), x86-64-v3 (AVX2 + FMA) and x86-64-v4 (AVX-512), picked once at
-// load time through an ifunc. `flatten` inlines the kernel's helpers into each copy so they
-// get its instructions too. Elsewhere there is one baseline build. The library stays
-// runnable on any x86-64 CPU and runs the widest vectors the CPU has; the third clone costs
-// about 3 s of compile time (lumen bench --cpu measures what each gives).
-// LUMEN_BASELINE_KERNELS_ONLY builds the baseline copy alone, so tests can check it too.
+// The SIMD levels of the CPU kernels. Each kernel source (the files CMake lists in
+// LUMEN_CPU_KERNEL_SOURCES, backends/cpu/sources.cmake) is compiled once per level with that
+// level's flags (cmake/kernel_levels.cmake): the baseline with the library's own flags
+// (SSE2 on x86-64, NEON on aarch64), and on x86-64 again with -march=x86-64-v3 (AVX2 + FMA)
+// and -march=x86-64-v4 (AVX-512). Each build defines its entry points in a namespace of its
+// own, lumen::cpu::<level> (LUMEN_KERNEL_NAMESPACE), and fills a KernelTable
+// (kernel_table.h); the library picks one table per process from the CPU's features and
+// LUMEN_CPU_MAX_LEVEL, and calls the kernels through its plain function pointers. No ifunc,
+// no target attribute: every compiler builds it the same way, and sanitizers run it
+// (docs/cpu_dispatch.md says why this design).
 //
-// A kernel whose code must differ by level (register tiles sized for the vector width: see
-// small_matmul.h) is written as a template and instantiated by hand in functions marked
-// LUMEN_KERNEL_AVX512 / LUMEN_KERNEL_AVX2 / LUMEN_KERNEL_BASELINE; CpuKernelLevel() says
-// which one to call, by the same rule as the ifunc.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(LUMEN_BASELINE_KERNELS_ONLY)
-#define LUMEN_CPU_KERNEL \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), flatten))
-#define LUMEN_KERNEL_LEVELS 1
-#define LUMEN_KERNEL_AVX512 __attribute__((target("arch=x86-64-v4"), flatten))
-#define LUMEN_KERNEL_AVX2 __attribute__((target("arch=x86-64-v3"), flatten))
-#else
-#define LUMEN_CPU_KERNEL
-#define LUMEN_KERNEL_LEVELS 0
-#endif
-#if defined(__GNUC__)
-#define LUMEN_KERNEL_BASELINE __attribute__((flatten))
-#else
-#define LUMEN_KERNEL_BASELINE
-#endif
+// The headers the kernels share (vector_math.h, small_matmul.h, transpose.h, prefetch.h) put
+// their inline functions in the same namespace, so that the linker never merges a level's
+// copy of one with another level's: a wider copy would otherwise be free to replace the
+// baseline's, and fault on a CPU without those instructions. tests/abi/
+// check_kernel_level_symbols.sh checks that a level's objects define nothing else.
 
 #include <cstdlib>
 #include <cstring>
+
+// The namespace of the level this file is compiled at: baseline unless CMake says otherwise.
+#ifndef LUMEN_KERNEL_NAMESPACE
+#define LUMEN_KERNEL_NAMESPACE baseline
+#endif
+
+// LUMEN_KERNEL_ENTRY marks a level's entry point. `flatten` inlines the whole call tree below
+// it (the tile loops, products, transposes and conversions), as it did in the GCC clones the
+// levels replaced, whose inlining `lumen bench --cpu` measured: the same code at the same
+// speed, and nothing of a level's left to the linker (see above).
+#if defined(__GNUC__)
+#define LUMEN_KERNEL_ENTRY __attribute__((flatten))
+#else
+#define LUMEN_KERNEL_ENTRY
+#endif
 
 namespace lumen::cpu {
 
@@ -39,32 +42,19 @@ enum class KernelLevel { kBaseline, kAvx2, kAvx512 };
 // The level the environment variable LUMEN_CPU_MAX_LEVEL caps the kernels at ("avx2" or
 // "baseline"; unset or anything else: no cap). It lowers the level, never raises it, so that
 // the tests and `lumen bench` can run the narrower builds on a wider CPU, as oneDNN's
-// ONEDNN_MAX_CPU_ISA does. Only the kernels that CpuKernelLevel() picks follow it (the
-// register-tiled products, steps and chunks); LUMEN_CPU_KERNEL's clones follow the CPU.
+// ONEDNN_MAX_CPU_ISA does. Every kernel follows it.
 inline KernelLevel MaxKernelLevelFromEnvironment(const char* value) {
   if (value != nullptr && std::strcmp(value, "baseline") == 0) return KernelLevel::kBaseline;
   if (value != nullptr && std::strcmp(value, "avx2") == 0) return KernelLevel::kAvx2;
   return KernelLevel::kAvx512;
 }
 
-// The widest level this build has, the CPU runs and LUMEN_CPU_MAX_LEVEL allows; computed once.
-inline KernelLevel CpuKernelLevel() {
-#if LUMEN_KERNEL_LEVELS
-  static const KernelLevel level = [] {
-    __builtin_cpu_init();
-    KernelLevel cpu = KernelLevel::kBaseline;
-    if (__builtin_cpu_supports("x86-64-v4")) {
-      cpu = KernelLevel::kAvx512;
-    } else if (__builtin_cpu_supports("x86-64-v3")) {
-      cpu = KernelLevel::kAvx2;
-    }
-    const KernelLevel cap = MaxKernelLevelFromEnvironment(std::getenv("LUMEN_CPU_MAX_LEVEL"));
-    return cap < cpu ? cap : cpu;
-  }();
-  return level;
-#else
-  return KernelLevel::kBaseline;
-#endif
-}
+// The widest level this CPU runs and its operating system saves the registers of
+// (kernel_dispatch.cc), whether or not this build has it.
+KernelLevel CpuSimdLevel();
+
+// The widest level this build has, the CPU runs and LUMEN_CPU_MAX_LEVEL allows: the one the
+// kernels run at. Computed once per process.
+KernelLevel CpuKernelLevel();
 
 }  // namespace lumen::cpu

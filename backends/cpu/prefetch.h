@@ -5,7 +5,11 @@
 
 #include <cstdint>
 
+#include "backends/cpu/kernel_targets.h"
+
 namespace lumen::cpu {
+// This SIMD level's copy (kernel_targets.h).
+inline namespace LUMEN_KERNEL_NAMESPACE {
 
 // Prefetches the cache lines of `bytes` bytes at p (a prefetch never faults, so p may lie
 // past the end of a buffer). Locality as __builtin_prefetch's: 3 into L1, 2 into L2.
@@ -17,4 +21,5 @@ template <int kLocality = 3>
   }
 }
 
+}  // namespace LUMEN_KERNEL_NAMESPACE
 }  // namespace lumen::cpu

@@ -19,7 +19,7 @@
 #include <type_traits>
 
 #include "backends/cpu/head_kernels.h"
-#include "backends/cpu/kernel_targets.h"
+#include "backends/cpu/kernel_table.h"
 #include "backends/cpu/prefetch.h"
 #include "backends/cpu/vector_math.h"
 
@@ -365,78 +365,30 @@ template <class Tiles>
       });
 }
 
-// One build per SIMD level, each with the tile its registers hold. A held write is applied
-// by the build of the level that made it.
-#if LUMEN_KERNEL_LEVELS
-LUMEN_KERNEL_AVX512
-void RunTokensAvx512(const HeadRule& rule, const HeadSequence& seq, float* state,
-                     float* normalizer, HeldWrite* write) {
-  RunTokens<Avx512Tiles>(rule, seq, state, normalizer, write);
-}
-
-LUMEN_KERNEL_AVX512
-void ApplyAvx512(int32_t key_dim, int32_t value_dim, const HeldWrite& write, float* state) {
-  ApplyTiles<Avx512Tiles>(key_dim, value_dim, write, state);
-}
-
-LUMEN_KERNEL_AVX2
-void RunTokensAvx2(const HeadRule& rule, const HeadSequence& seq, float* state,
-                   float* normalizer, HeldWrite* write) {
-  RunTokens<Avx2Tiles>(rule, seq, state, normalizer, write);
-}
-
-LUMEN_KERNEL_AVX2
-void ApplyAvx2(int32_t key_dim, int32_t value_dim, const HeldWrite& write, float* state) {
-  ApplyTiles<Avx2Tiles>(key_dim, value_dim, write, state);
-}
+// The tiles of the level this file is compiled at (kernel_targets.h).
+#if defined(__AVX512F__)
+using Tiles = Avx512Tiles;
+#elif defined(__AVX2__)
+using Tiles = Avx2Tiles;
+#else
+using Tiles = Vector128Tiles;
 #endif
-
-LUMEN_KERNEL_BASELINE
-void RunTokensBaseline(const HeadRule& rule, const HeadSequence& seq, float* state,
-                       float* normalizer, HeldWrite* write) {
-  RunTokens<Vector128Tiles>(rule, seq, state, normalizer, write);
-}
-
-LUMEN_KERNEL_BASELINE
-void ApplyBaseline(int32_t key_dim, int32_t value_dim, const HeldWrite& write, float* state) {
-  ApplyTiles<Vector128Tiles>(key_dim, value_dim, write, state);
-}
 
 }  // namespace
 
-void RunRecurrent(const HeadRule& rule, const HeadSequence& seq, float* state,
-                  float* normalizer, HeldWrite* write) {
-  switch (CpuKernelLevel()) {
-#if LUMEN_KERNEL_LEVELS
-    case KernelLevel::kAvx512:
-      RunTokensAvx512(rule, seq, state, normalizer, write);
-      return;
-    case KernelLevel::kAvx2:
-      RunTokensAvx2(rule, seq, state, normalizer, write);
-      return;
-#endif
-    default:
-      RunTokensBaseline(rule, seq, state, normalizer, write);
-      return;
-  }
+inline namespace LUMEN_KERNEL_NAMESPACE {
+
+LUMEN_KERNEL_ENTRY
+void RunRecurrentAtLevel(const HeadRule& rule, const HeadSequence& seq, float* state,
+                         float* normalizer, HeldWrite* write) {
+  RunTokens<Tiles>(rule, seq, state, normalizer, write);
 }
 
-void ApplyHeldWrite(int32_t key_dim, int32_t value_dim, float* state, HeldWrite* write) {
-  if (!write->held) return;
-  switch (CpuKernelLevel()) {
-#if LUMEN_KERNEL_LEVELS
-    case KernelLevel::kAvx512:
-      ApplyAvx512(key_dim, value_dim, *write, state);
-      break;
-    case KernelLevel::kAvx2:
-      ApplyAvx2(key_dim, value_dim, *write, state);
-      break;
-#endif
-    default:
-      ApplyBaseline(key_dim, value_dim, *write, state);
-      break;
-  }
-  write->held = false;
+LUMEN_KERNEL_ENTRY
+void ApplyHeldWriteAtLevel(int32_t key_dim, int32_t value_dim, const HeldWrite& write,
+                           float* state) {
+  ApplyTiles<Tiles>(key_dim, value_dim, write, state);
 }
 
+}  // namespace LUMEN_KERNEL_NAMESPACE
 }  // namespace lumen::cpu

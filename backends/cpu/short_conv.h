@@ -13,6 +13,10 @@
 
 namespace lumen::cpu {
 
+// Channels per task of a convolution: enough work per task to pay for handing it out, and a
+// multiple of every SIMD width. A task's window rows are copied into a block this wide.
+inline constexpr int64_t kChannelBlock = 256;
+
 // A layer's convolution weights tap-major, [W, C] per part (its [C, W] transposed), as
 // ConvolvePart reads them: made once per model, not per call.
 struct ConvTaps {

@@ -11,7 +11,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backends/cpu/kernel_targets.h"
+
 namespace lumen::cpu {
+// This SIMD level's copy (kernel_targets.h).
+inline namespace LUMEN_KERNEL_NAMESPACE {
 
 // A tile shape: rows of C, vectors per row, floats per vector.
 template <int32_t kRowsArg, int32_t kVectorsArg, int32_t kWidthArg>
@@ -353,4 +357,5 @@ inline void Axpy(int32_t n, float alpha, const float* x, float* y) {
   for (int32_t j = 0; j < n; ++j) y[j] += alpha * x[j];
 }
 
+}  // namespace LUMEN_KERNEL_NAMESPACE
 }  // namespace lumen::cpu

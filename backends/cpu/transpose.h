@@ -9,7 +9,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backends/cpu/kernel_targets.h"
+
 namespace lumen::cpu {
+// This SIMD level's copy (kernel_targets.h).
+inline namespace LUMEN_KERNEL_NAMESPACE {
 
 // dst[j, i] = src[i, j] for i < rows, j < cols; leading dimensions in floats.
 inline void Transpose(int32_t rows, int32_t cols, const float* src, int64_t lds, float* dst,
@@ -50,4 +54,5 @@ inline void Transpose(int32_t rows, int32_t cols, const float* src, int64_t lds,
   }
 }
 
+}  // namespace LUMEN_KERNEL_NAMESPACE
 }  // namespace lumen::cpu

@@ -9,7 +9,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backends/cpu/kernel_targets.h"
+
 namespace lumen::cpu {
+// This SIMD level's copy (kernel_targets.h).
+inline namespace LUMEN_KERNEL_NAMESPACE {
 
 inline float BitsToFloat(int32_t bits) {
   float value;
@@ -89,4 +93,5 @@ inline float VectorSoftplus(float x) {
   return (x > 0.0f ? x : 0.0f) + Log1pUnit(VectorExp(-magnitude));
 }
 
+}  // namespace LUMEN_KERNEL_NAMESPACE
 }  // namespace lumen::cpu

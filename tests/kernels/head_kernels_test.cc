@@ -13,6 +13,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "backends/cpu/kernel_table.h"
+
 namespace lumen::cpu {
 namespace {
 
@@ -310,9 +312,11 @@ enum class Form { kRecurrent, kChunkwise };
 // only, or also where a run is split.
 enum class Apply { kAtEnd, kAtSplit };
 
-// Runs the problem through one form, as one call or split at `split` (0: one call).
+// Runs the problem through one form, as one call or split at `split` (0: one call): through
+// the library's entry points, or straight through one level's kernels (`level`).
 Result RunForm(Form form, const Problem& p, int32_t pad, int32_t split,
-               ChunkWorkspace* workspace, Apply apply = Apply::kAtEnd) {
+               ChunkWorkspace* workspace, Apply apply = Apply::kAtEnd,
+               const KernelTable* level = nullptr) {
   Layout layout = MakeLayout(p, pad);
   Result r{{}, p.state, p.normalizer};
   float* normalizer = p.rule.normalize ? r.normalizer.data() : nullptr;
@@ -322,22 +326,37 @@ Result RunForm(Form form, const Problem& p, int32_t pad, int32_t split,
   ChunkState chunk_state{r.state.data(), false};
   auto run = [&](const HeadSequence& seq, int64_t tokens_after) {
     if (form == Form::kRecurrent) {
-      RunRecurrent(p.rule, seq, r.state.data(), normalizer, &write);
-    } else {
+      if (level == nullptr) {
+        RunRecurrent(p.rule, seq, r.state.data(), normalizer, &write);
+      } else {
+        level->run_recurrent(p.rule, seq, r.state.data(), normalizer, &write);
+      }
+    } else if (level == nullptr) {
       RunChunkwise(p.rule, seq, tokens_after, &chunk_state, normalizer, workspace);
+    } else {
+      ReserveChunkWorkspace(p.key_dim, p.value_dim, workspace);
+      level->run_chunkwise(p.rule, seq, tokens_after, &chunk_state, normalizer, workspace);
+    }
+  };
+  auto apply_held = [&] {
+    if (level == nullptr) {
+      ApplyHeldWrite(p.key_dim, p.value_dim, r.state.data(), &write);
+    } else if (write.held) {
+      level->apply_held_write(p.key_dim, p.value_dim, write, r.state.data());
+      write.held = false;
     }
   };
   if (split <= 0 || split >= p.num_tokens) {
     run(layout.seq, 0);
   } else {
     run(Slice(layout.seq, 0, split), p.num_tokens - split);
-    if (apply == Apply::kAtSplit) ApplyHeldWrite(p.key_dim, p.value_dim, r.state.data(), &write);
+    if (apply == Apply::kAtSplit) apply_held();
     run(Slice(layout.seq, split, p.num_tokens - split), 0);
   }
   CHECK_FALSE(chunk_state.in_panels);
   // Only the recurrent form of the delta rule holds a write, and only after a token.
   CHECK(write.held == (form == Form::kRecurrent && p.rule.delta && p.num_tokens > 0));
-  ApplyHeldWrite(p.key_dim, p.value_dim, r.state.data(), &write);
+  apply_held();
   r.o = Gather(layout);
   return r;
 }
@@ -398,6 +417,59 @@ TEST_CASE("Both forms match the float64 recurrence", "[kernels][cpu]") {
       std::printf(" | z %.1e %.1e", recurrent.normalizer, chunkwise.normalizer);
     }
     std::printf("\n");
+  }
+}
+
+// The baseline's results as the reference another level's are held to.
+ReferenceResult AsReference(const Result& r) {
+  return {std::vector<double>(r.o.begin(), r.o.end()),
+          std::vector<double>(r.state.begin(), r.state.end()),
+          std::vector<double>(r.normalizer.begin(), r.normalizer.end())};
+}
+
+TEST_CASE("Every SIMD level the CPU runs matches the baseline and the float64 recurrence",
+          "[kernels][cpu][levels]") {
+  const KernelTable* baseline = KernelsAt(KernelLevel::kBaseline);
+  REQUIRE(baseline != nullptr);
+  std::vector<std::pair<const char*, const KernelTable*>> levels;
+  if (CpuKernelLevel() >= KernelLevel::kAvx2) {
+    levels.push_back({"avx2", KernelsAt(KernelLevel::kAvx2)});
+  }
+  if (CpuKernelLevel() >= KernelLevel::kAvx512) {
+    levels.push_back({"avx512", KernelsAt(KernelLevel::kAvx512)});
+  }
+  std::printf("levels compared with the baseline:");
+  for (const auto& level : levels) std::printf(" %s", level.first);
+  std::printf("%s\n", levels.empty() ? " none (the CPU or LUMEN_CPU_MAX_LEVEL has no other)" : "");
+  std::mt19937_64 rng(0x5eed0005);
+  ChunkWorkspace workspace;
+  const int32_t token_counts[] = {1, kChunkSize + 1, 130};
+  const std::pair<int32_t, int32_t> head_dims[] = {{8, 19}, {64, 64}, {128, 128}};
+  for (const Config& config : AllConfigs()) {
+    for (int32_t t_count : token_counts) {
+      for (auto [key_dim, value_dim] : head_dims) {
+        const Problem p = MakeProblem(config, t_count, key_dim, value_dim, rng);
+        const ReferenceResult ref = Reference(p);
+        const int32_t pad = t_count % 2 ? 3 : 0;
+        const ReferenceResult base_rec = AsReference(
+            RunForm(Form::kRecurrent, p, pad, 0, &workspace, Apply::kAtEnd, baseline));
+        const ReferenceResult base_chunk = AsReference(
+            RunForm(Form::kChunkwise, p, pad, 0, &workspace, Apply::kAtEnd, baseline));
+        for (const auto& [name, table] : levels) {
+          REQUIRE(table != nullptr);
+          INFO(name << " " << config.name << " T=" << t_count << " K=" << key_dim
+                    << " V=" << value_dim);
+          const Result rec =
+              RunForm(Form::kRecurrent, p, pad, 0, &workspace, Apply::kAtEnd, table);
+          const Result chunk =
+              RunForm(Form::kChunkwise, p, pad, 0, &workspace, Apply::kAtEnd, table);
+          CheckAgainst(rec, base_rec, kRecurrentBound);
+          CheckAgainst(rec, ref, kRecurrentBound);
+          CheckAgainst(chunk, base_chunk, kChunkwiseBound);
+          CheckAgainst(chunk, ref, kChunkwiseBound);
+        }
+      }
+    }
   }
 }
 

@@ -14,35 +14,38 @@
 #include <catch2/catch.hpp>
 
 #include "backends/cpu/kernel_targets.h"
+#include "tests/kernels/vector_math_loops.h"
 
 namespace lumen::cpu::vector_math_test {
 
-// Loops the kernels' way: `omp simd`, cloned for each SIMD level like the kernels.
-LUMEN_CPU_KERNEL
-void ExpAll(const float* x, int64_t n, float* out) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = VectorExp(x[i]);
+#if LUMEN_KERNEL_LEVELS_X86
+namespace avx2 {
+extern const VectorMathLoops kLevelLoops;
 }
-
-LUMEN_CPU_KERNEL
-void ExpAboveFloorAll(const float* x, int64_t n, float floor, float* out) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = ExpAboveFloor(x[i], floor);
+namespace avx512 {
+extern const VectorMathLoops kLevelLoops;
 }
-
-LUMEN_CPU_KERNEL
-void SoftplusAll(const float* x, int64_t n, float* out) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = VectorSoftplus(x[i]);
-}
-
-LUMEN_CPU_KERNEL
-void Log1pUnitAll(const float* x, int64_t n, float* out) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = Log1pUnit(x[i]);
-}
+#endif
 
 namespace {
+
+// The loops of every level this build has and this CPU runs (and LUMEN_CPU_MAX_LEVEL allows),
+// with the level's name.
+struct LevelLoops {
+  const char* level;
+  const VectorMathLoops* loops;
+};
+
+std::vector<LevelLoops> LoopsToTest() {
+  std::vector<LevelLoops> levels = {{"baseline", &baseline::kLevelLoops}};
+#if LUMEN_KERNEL_LEVELS_X86
+  if (CpuKernelLevel() >= KernelLevel::kAvx2) levels.push_back({"avx2", &avx2::kLevelLoops});
+  if (CpuKernelLevel() >= KernelLevel::kAvx512) {
+    levels.push_back({"avx512", &avx512::kLevelLoops});
+  }
+#endif
+  return levels;
+}
 
 // The bound vector_math.h promises: 4 units in the last place (2^-21 relative) where the
 // result is a normal float; within one denormal step (2^-149) below that.
@@ -95,10 +98,10 @@ Errors Measure(const std::vector<float>& x, const std::vector<float>& out, Refer
   return e;
 }
 
-void Report(const char* name, const Errors& e) {
-  std::printf("%-10s worst relative error %.2e (%.2f ulp), denormal results within %.2g x "
-              "2^-149\n",
-              name, e.relative, e.relative / 0x1p-23, e.denormal / kDenormalStep);
+void Report(const char* level, const char* name, const Errors& e) {
+  std::printf("%-8s %-10s worst relative error %.2e (%.2f ulp), denormal results within "
+              "%.2g x 2^-149\n",
+              level, name, e.relative, e.relative / 0x1p-23, e.denormal / kDenormalStep);
   CHECK(e.wrong_special == 0);
   CHECK(e.relative <= kMaxRelative);
   CHECK(e.denormal <= kDenormalStep);
@@ -111,8 +114,11 @@ TEST_CASE("VectorExp matches exp over the fp32 range", "[kernels][cpu][vector_ma
   AppendRange(-1e30f, -120.0f, 100003, &x);
   AppendRange(100.0f, 1e30f, 100003, &x);
   std::vector<float> out(x.size());
-  ExpAll(x.data(), static_cast<int64_t>(x.size()), out.data());
-  Report("exp", Measure(x, out, [](double v) { return std::exp(v); }));
+  for (const LevelLoops& level : LoopsToTest()) {
+    INFO(level.level);
+    level.loops->exp(x.data(), static_cast<int64_t>(x.size()), out.data());
+    Report(level.level, "exp", Measure(x, out, [](double v) { return std::exp(v); }));
+  }
 }
 
 TEST_CASE("ExpAboveFloor is VectorExp with results below the floor taken as 0",
@@ -121,16 +127,19 @@ TEST_CASE("ExpAboveFloor is VectorExp with results below the floor taken as 0",
   AppendRange(-0.0f, -120.0f, 257, &x);  // every result from 1 down past the floors
   AppendRange(-120.0f, -3e38f, 100003, &x);
   std::vector<float> exp(x.size()), out(x.size());
-  ExpAll(x.data(), static_cast<int64_t>(x.size()), exp.data());
-  for (const float floor : {1e-30f, 1e-37f}) {
-    ExpAboveFloorAll(x.data(), static_cast<int64_t>(x.size()), floor, out.data());
-    int64_t differing = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      const float want = exp[i] < floor ? 0.0f : exp[i];
-      differing += std::memcmp(&want, &out[i], sizeof(float)) != 0;
+  for (const LevelLoops& level : LoopsToTest()) {
+    INFO(level.level);
+    level.loops->exp(x.data(), static_cast<int64_t>(x.size()), exp.data());
+    for (const float floor : {1e-30f, 1e-37f}) {
+      level.loops->exp_above_floor(x.data(), static_cast<int64_t>(x.size()), floor, out.data());
+      int64_t differing = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float want = exp[i] < floor ? 0.0f : exp[i];
+        differing += std::memcmp(&want, &out[i], sizeof(float)) != 0;
+      }
+      CAPTURE(floor);
+      CHECK(differing == 0);
     }
-    CAPTURE(floor);
-    CHECK(differing == 0);
   }
 }
 
@@ -142,18 +151,24 @@ TEST_CASE("VectorSoftplus matches log1p(exp) over the fp32 range",
   AppendRange(-3e38f, -120.0f, 100003, &x);  // large |x|: 0 and x itself
   AppendRange(120.0f, 3e38f, 100003, &x);
   std::vector<float> out(x.size());
-  SoftplusAll(x.data(), static_cast<int64_t>(x.size()), out.data());
-  Report("softplus", Measure(x, out, [](double v) {
-           return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));
-         }));
+  for (const LevelLoops& level : LoopsToTest()) {
+    INFO(level.level);
+    level.loops->softplus(x.data(), static_cast<int64_t>(x.size()), out.data());
+    Report(level.level, "softplus", Measure(x, out, [](double v) {
+             return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));
+           }));
+  }
 }
 
 TEST_CASE("Log1pUnit matches log1p on [0, 1]", "[kernels][cpu][vector_math]") {
   std::vector<float> x;
   AppendRange(0.0f, 1.0f, 4099, &x);
   std::vector<float> out(x.size());
-  Log1pUnitAll(x.data(), static_cast<int64_t>(x.size()), out.data());
-  Report("log1p", Measure(x, out, [](double v) { return std::log1p(v); }));
+  for (const LevelLoops& level : LoopsToTest()) {
+    INFO(level.level);
+    level.loops->log1p_unit(x.data(), static_cast<int64_t>(x.size()), out.data());
+    Report(level.level, "log1p", Measure(x, out, [](double v) { return std::log1p(v); }));
+  }
 }
 
 }  // namespace
