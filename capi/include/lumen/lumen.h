@@ -488,6 +488,12 @@ typedef struct lumen_engine_options {
   int32_t num_threads;  /* CPU worker threads including the caller, at most 1024;
                            0 = one per hardware thread */
   int32_t device;       /* GPU ordinal for GPU backends; default 0 */
+  /* Since 0.3 (struct_size tells whether a caller has them): the session memory budget, see
+   * "Session memory budget" below. */
+  int64_t memory_budget_bytes;  /* bytes of session state kept resident; 0 (default): no limit */
+  const char* spill_directory;  /* UTF-8 directory for evicted sessions (must exist), copied
+                                   at creation; NULL (default): a private directory the
+                                   engine makes under $TMPDIR (or /tmp) and removes */
 } lumen_engine_options;
 
 /** Fills *options with defaults. */
@@ -561,6 +567,58 @@ LUMEN_API lumen_status lumen_engine_reserve(lumen_engine* engine,
                                             const lumen_reservation* reservation);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Session memory budget (since 0.3)                                                          */
+/*                                                                                            */
+/* An engine created with lumen_engine_options.memory_budget_bytes > 0 keeps at most that     */
+/* many bytes of session state resident (host memory for the CPU engine): each session counts */
+/* lumen_model_state_bytes(model, -1, ...) bytes; the engine's one spare block for restores   */
+/* and the CPU's held writes are not counted. When a session must become resident (created,   */
+/* or called while evicted) and the budget is full, the least recently used sessions that no  */
+/* call is using are evicted: each is written, as an fp32 snapshot with its checksum, to a    */
+/* file in the spill directory, and its state memory is freed. Any call on an evicted session */
+/* brings it back first, bit for bit, transparently (counted in lumen_engine_stats); so does  */
+/* lumen_session_prefetch, in the background. Eviction never loses data: a file that cannot   */
+/* be written (a full disk, a missing or read-only directory) leaves the session resident,    */
+/* and the call that needed the room fails with LUMEN_ERROR_IO saying why; a call that needs  */
+/* more sessions resident at once than the budget holds (or whose other sessions are in use   */
+/* by other threads) fails with LUMEN_ERROR_OUT_OF_MEMORY. A failed call changes no session.  */
+/* Evictions and reloads take turns within an engine. Supported by the CPU engine; a GPU      */
+/* engine with a budget is LUMEN_ERROR_UNSUPPORTED for now. A budget below one session's      */
+/* state is LUMEN_ERROR_INVALID_ARGUMENT.                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/**
+ * Where an engine's session state is and how much has moved. Sizes count state bytes as the
+ * budget does. Set struct_size (lumen_memory_stats_init does) before lumen_engine_stats.
+ * Since 0.3.
+ */
+typedef struct lumen_memory_stats {
+  uint32_t struct_size;          /* set by init */
+  int64_t memory_budget_bytes;   /* the budget; 0: none */
+  int64_t resident_sessions;     /* sessions in the engine's memory (device for a GPU engine) */
+  int64_t resident_bytes;
+  int64_t host_sessions;         /* sessions in the pinned host tier of a GPU engine; 0 on CPU */
+  int64_t host_bytes;
+  int64_t spilled_sessions;      /* sessions in the spill directory */
+  int64_t spilled_bytes;         /* their files' bytes */
+  int64_t evictions;             /* sessions evicted so far */
+  int64_t reloads;               /* sessions brought back by a call on them */
+  int64_t prefetches;            /* sessions brought back by lumen_session_prefetch */
+  int64_t bytes_evicted;         /* bytes written to the spill directory so far */
+  int64_t bytes_reloaded;        /* bytes read back from it so far */
+} lumen_memory_stats;
+
+/** Fills *stats with zeros and struct_size. NULL is a no-op. Since 0.3. */
+LUMEN_API void lumen_memory_stats_init(lumen_memory_stats* stats);
+
+/**
+ * Writes the engine's session tiers and traffic to *out (see lumen_memory_stats). The
+ * caller's struct_size says how many bytes to write (at least the 0.3 struct, at most 4096);
+ * struct_size is left as the bytes written. Thread-safe. Since 0.3.
+ */
+LUMEN_API lumen_status lumen_engine_stats(const lumen_engine* engine, lumen_memory_stats* out);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Sessions                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -580,6 +638,22 @@ LUMEN_API lumen_status lumen_session_fork(const lumen_session* session, lumen_se
 
 /** Sets every state to zero and every token count to 0. */
 LUMEN_API lumen_status lumen_session_reset(lumen_session* session);
+
+/**
+ * Starts bringing an evicted session back into the engine's memory in the background (see
+ * "Session memory budget"), so that the next call on it does not wait for the spill file;
+ * returns at once. A session that is resident, or an engine without a budget, makes it a
+ * no-op. If there is no room without evicting a session in use, or the reload fails, the
+ * session stays evicted and the next call on it reloads it (and reports any error). The
+ * session may be used, or destroyed, meanwhile. Since 0.3.
+ */
+LUMEN_API lumen_status lumen_session_prefetch(lumen_session* session);
+
+/**
+ * Writes 1 to *out if the session's state is in the engine's memory, 0 if it is evicted
+ * (see "Session memory budget"). Since 0.3.
+ */
+LUMEN_API lumen_status lumen_session_resident(const lumen_session* session, int32_t* out);
 
 /**
  * Writes a new reference to the session's model to *out (free it with lumen_model_destroy),
