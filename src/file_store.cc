@@ -80,7 +80,8 @@ std::string FileNameOf(const std::string& key) {
         c == '-') {
       name.push_back(static_cast<char>(c));
     } else {
-      absl::StrAppend(&name, "%", absl::AsciiStrToUpper(absl::StrCat(absl::Hex(c, absl::kZeroPad2))));
+      absl::StrAppend(&name, "%",
+                      absl::AsciiStrToUpper(absl::StrCat(absl::Hex(c, absl::kZeroPad2))));
     }
   }
   if (name.size() > kMaxNameKeyBytes) {
@@ -233,13 +234,16 @@ class FileStore final : public SessionStore {
     bytes.resize(envelope_bytes + static_cast<size_t>(snapshot_bytes));
     absl::Status status =
         WriteSnapshot(session, save.dtype, bytes.data() + envelope_bytes, snapshot_bytes);
-    if (status.ok()) status = Replace(PathOf(name + ".lumen-store"), PathOf("." + name + ".tmp"), bytes);
+    if (status.ok()) {
+      status = Replace(PathOf(name + ".lumen-store"), PathOf("." + name + ".tmp"), bytes);
+    }
     if (!status.ok()) return AboutKey(*this, key, status);
     return version;
   }
 
   absl::StatusOr<int64_t> Load(const std::string& key, Session& session) override {
-    absl::StatusOr<std::vector<char>> bytes = ReadWholeFile(PathOf(FileNameOf(key) + ".lumen-store"));
+    absl::StatusOr<std::vector<char>> bytes =
+        ReadWholeFile(PathOf(FileNameOf(key) + ".lumen-store"));
     if (!bytes.ok()) return AboutKey(*this, key, bytes.status());
     absl::StatusOr<Envelope> envelope = ReadEnvelope(bytes->data(), bytes->size(), key);
     if (!envelope.ok()) return AboutKey(*this, key, envelope.status());

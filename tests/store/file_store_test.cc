@@ -40,7 +40,8 @@ struct FileStoreCase {
     int64_t version = -1;
     REQUIRE_OK(lumen_store_load(store.get(), "chat", check.get(), &version));
     CHECK(version == 1);
-    CHECK(SameBits(Capture(saved.get(), stack.model.get()), Capture(check.get(), stack.model.get())));
+    CHECK(SameBits(Capture(saved.get(), stack.model.get()),
+                   Capture(check.get(), stack.model.get())));
   }
 };
 

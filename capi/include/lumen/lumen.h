@@ -932,14 +932,17 @@ LUMEN_API void lumen_store_options_init(lumen_store_options* options);
  *                         (flock on a lock file beside it). An expired file stays on disk
  *                         until the key is saved again or removed.
  *   redis://host[:port][/db]   a Redis server (port 6379 and database 0 by default; a
- *                         password as redis://:password@host...), through hiredis. The
- *                         connection is made here. Keys live under "lumen:{key}:" (one hash
- *                         slot per key): a head that names the value's generation, version
- *                         and size, and the parts of each generation, written first with a
- *                         five-minute expiry; one Lua script then checks the version, points
- *                         the head at the new generation, gives its parts the value's expiry
- *                         (or none) and deletes the old generation's parts. A save that
- *                         dies before the script leaves parts that expire by themselves.
+ *                         password as the URI's user information, redis://:secret\@host),
+ *                         through hiredis. The connection is made here. Keys live under
+ *                         "lumen:{key}:" (one hash slot per key): a head that names the
+ *                         value's generation, version and size, and the parts of each
+ *                         generation, written first with a five-minute expiry; one Lua
+ *                         script then checks the version, points the head at the new
+ *                         generation, gives its parts the value's expiry (or none) and
+ *                         deletes the old generation's parts. A save that dies before the
+ *                         script leaves parts that expire by themselves. A read takes the
+ *                         head, then its parts; should a newer save replace them meanwhile,
+ *                         it reads again, at last through a script the server runs whole.
  *
  * Returns LUMEN_ERROR_INVALID_ARGUMENT for a URI that is not one of these (the message says
  * what is wrong) or bad options; LUMEN_ERROR_UNSUPPORTED for redis:// in a library built
