@@ -12,6 +12,9 @@
 // the head again. A save that dies before its script leaves parts that expire by themselves.
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
 
 #include <cstring>
 #include <mutex>
@@ -188,6 +191,39 @@ absl::StatusOr<Head> ParseHead(absl::string_view text) {
   return head;
 }
 
+// Keeps a write to a connection the server has closed from raising SIGPIPE, whose default
+// action ends the process (Linux has no per-socket way to turn it off, and hiredis writes
+// with write()): SIGPIPE is blocked for the calling thread while the guard lives, and one the
+// thread raised meanwhile is consumed. The write itself fails with EPIPE, reported as the
+// server being unavailable.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+    blocked_ = pthread_sigmask(SIG_BLOCK, &pipe_, &previous_) == 0;
+  }
+  ~SigpipeGuard() {
+    if (!blocked_) return;
+    sigset_t pending;
+    if (!was_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+      const struct timespec zero = {0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_, previous_;
+  bool was_pending_ = false;
+  bool blocked_ = false;
+};
+
 struct ReplyDeleter {
   void operator()(redisReply* reply) const { freeReplyObject(reply); }
 };
@@ -210,6 +246,7 @@ class RedisStore final : public SessionStore {
 
   absl::Status Connect() {
     std::lock_guard<std::mutex> lock(mutex_);
+    SigpipeGuard no_sigpipe;
     return EnsureConnected();
   }
 
@@ -221,6 +258,7 @@ class RedisStore final : public SessionStore {
       return AboutKey(*this, key, s);
     }
     std::lock_guard<std::mutex> lock(mutex_);
+    SigpipeGuard no_sigpipe;
     absl::StatusOr<int64_t> version = SaveBytes(key, bytes, save);
     if (!version.ok()) return AboutKey(*this, key, version.status());
     return version;
@@ -231,6 +269,7 @@ class RedisStore final : public SessionStore {
     int64_t version = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      SigpipeGuard no_sigpipe;
       absl::StatusOr<int64_t> read = ReadBytes(key, bytes);
       if (!read.ok()) return AboutKey(*this, key, read.status());
       version = *read;
@@ -243,6 +282,7 @@ class RedisStore final : public SessionStore {
 
   absl::Status Remove(const std::string& key) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    SigpipeGuard no_sigpipe;
     const std::string head = HeadKey(key), prefix = PartPrefix(key);
     absl::StatusOr<Reply> reply = Command({"EVAL", kRemoveScript, "1", head, prefix});
     if (!reply.ok()) return AboutKey(*this, key, reply.status());

@@ -162,6 +162,24 @@ TEST_CASE("redis store: a server killed in the middle of a save, then restarted"
   c.ExpectValue(c.target.get(), 2);
 }
 
+TEST_CASE("redis store: a save into a connection the server closed fails, the process lives",
+          "[store][redis]") {
+  // A large value (half a MiB in parts of 64 KiB) so that the save keeps writing after the
+  // server is gone: writes into a closed connection raise SIGPIPE unless the store keeps it
+  // from ending the process.
+  RedisServer server;
+  const Stack big({GatedDeltaNet({4, 8, 128, 128})});
+  SessionPtr s = big.NewSession();
+  StorePtr store = OpenStore(server.uri(), int64_t{64} << 10);
+  REQUIRE_OK(Save(store.get(), "big", s.get()));
+  server.Kill();
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    ExpectStatus(Save(store.get(), "big", s.get()), LUMEN_ERROR_UNAVAILABLE, {"big"});
+  }
+  server.Start();
+  REQUIRE_OK(Save(store.get(), "big", s.get()));
+}
+
 TEST_CASE("redis store: readers racing a writer see one value or the other, never a mix",
           "[store][redis]") {
   RedisCase c;
@@ -198,8 +216,8 @@ TEST_CASE("redis store: readers racing a writer see one value or the other, neve
   done = true;
   writer.join();
   INFO("loads " << loads << ", saves " << saves.load() << "; a failed load: " << failure);
-  CHECK(loads > 10);
-  CHECK(saves > 10);
+  CHECK(loads >= 3);
+  CHECK(saves >= 3);
   CHECK(bad_saves == 0);
   CHECK(failed == 0);
   CHECK(mixed == 0);

@@ -1,7 +1,7 @@
 //! The Rust binding against lumen.h's contract: a float64 reference, batches, snapshots,
 //! errors, bf16 inputs and that native memory is released.
 use lumen::{
-    Bf16, DType, Engine, EngineOptions, Family, Inputs, LayerOptions, Model, ModelBuilder,
+    Backend, Bf16, DType, Engine, EngineOptions, Family, Inputs, LayerOptions, Model, ModelBuilder,
     Reservation, Session, SnapshotOptions, StatePart, Status, Store, StoreSaveOptions,
 };
 
@@ -310,7 +310,8 @@ fn stores_save_and_load_with_versions_and_the_budget_evicts() {
 
     // A budget of one session: the second evicts the first, which comes back on use.
     let budget = model.state_bytes(-1).unwrap();
-    let options = EngineOptions::default().threads(1).memory_budget_bytes(budget);
+    let options =
+        EngineOptions::default().backend(Backend::CPU).threads(1).memory_budget_bytes(budget);
     let small = Engine::new(&model, Some(&options)).unwrap();
     let first = small.session().unwrap();
     let second = small.session().unwrap();
