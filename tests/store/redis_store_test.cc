@@ -164,13 +164,14 @@ TEST_CASE("redis store: a server killed in the middle of a save, then restarted"
 
 TEST_CASE("redis store: a save into a connection the server closed fails, the process lives",
           "[store][redis]") {
-  // A large value (half a MiB in parts of 64 KiB) so that the save keeps writing after the
-  // server is gone: writes into a closed connection raise SIGPIPE unless the store keeps it
-  // from ending the process.
+  // A value larger than a loopback socket's send buffer (8 MiB, in parts of 1 MiB), so that
+  // the save is still writing when the connection's reset arrives: writes into a closed
+  // connection raise SIGPIPE unless the store keeps it from ending the process.
   RedisServer server;
-  const Stack big({GatedDeltaNet({4, 8, 128, 128})});
+  const Stack big({GatedDeltaNet({16, 32, 128, 128}), GatedDeltaNet({16, 32, 128, 128}),
+                   GatedDeltaNet({16, 32, 128, 128}), GatedDeltaNet({16, 32, 128, 128})});
   SessionPtr s = big.NewSession();
-  StorePtr store = OpenStore(server.uri(), int64_t{64} << 10);
+  StorePtr store = OpenStore(server.uri(), int64_t{1} << 20);
   REQUIRE_OK(Save(store.get(), "big", s.get()));
   server.Kill();
   for (int attempt = 0; attempt < 3; ++attempt) {
