@@ -1,13 +1,15 @@
 // The session memory budget of a CPU engine (lumen.h, "Session memory budget"): sessions
 // evicted to the spill directory and brought back bit for bit (every family and state part),
 // least recently used first, never past the budget, prefetched in the background; and
-// failures injected into the spill directory (a missing directory, a full disk) that lose
-// nothing and say why.
+// failures injected into the spill directory (a missing or read-only directory, a full disk,
+// a damaged spill file) that lose nothing and say why.
 
 #include <catch2/catch.hpp>
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <random>
@@ -242,6 +244,20 @@ TEST_CASE("spill failures keep the session resident and say why", "[budget]") {
     fs::create_directory(spill);
     REQUIRE_OK(lumen_session_create(budget.engine.get(), &raw));
     lumen_session_destroy(raw);
+  }
+  SECTION("a read-only spill directory") {
+    if (::geteuid() == 0) {
+      WARN("running as root, which writes into read-only directories: case not checked");
+    } else {
+      REQUIRE(::chmod(spill.c_str(), 0500) == 0);
+      const lumen_status status = lumen_session_create(budget.engine.get(), &raw);
+      const std::string message = lumen_last_error_message();
+      REQUIRE(::chmod(spill.c_str(), 0700) == 0);
+      INFO(lumen_status_string(status) << ": " << message);
+      CHECK(status == LUMEN_ERROR_IO);
+      CHECK(message.find("spill") != std::string::npos);
+      CHECK(budget.Stats().evictions == 0);
+    }
   }
   SECTION("the disk is full") {
     struct sigaction ignore{}, previous{};
