@@ -13,7 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -146,8 +148,10 @@ bool Expired(const Envelope& envelope) {
   return envelope.expires_at_ms != 0 && envelope.expires_at_ms <= NowMs();
 }
 
-// A whole file's bytes; NOT_FOUND when there is no such file.
-absl::StatusOr<std::vector<char>> ReadWholeFile(const std::string& path) {
+// A file's bytes, at most `limit` of them (the whole file by default); NOT_FOUND when there
+// is no such file.
+absl::StatusOr<std::vector<char>> ReadFileStart(const std::string& path,
+                                               int64_t limit = INT64_MAX) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) {
@@ -164,7 +168,7 @@ absl::StatusOr<std::vector<char>> ReadWholeFile(const std::string& path) {
   if (!S_ISREG(info.st_mode)) {
     return LumenError(LUMEN_ERROR_IO, absl::StrCat("'", path, "' is not a regular file"));
   }
-  std::vector<char> bytes(static_cast<size_t>(info.st_size));
+  std::vector<char> bytes(static_cast<size_t>(std::min<int64_t>(info.st_size, limit)));
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);
@@ -243,7 +247,7 @@ class FileStore final : public SessionStore {
 
   absl::StatusOr<int64_t> Load(const std::string& key, Session& session) override {
     absl::StatusOr<std::vector<char>> bytes =
-        ReadWholeFile(PathOf(FileNameOf(key) + ".lumen-store"));
+        ReadFileStart(PathOf(FileNameOf(key) + ".lumen-store"));
     if (!bytes.ok()) return AboutKey(*this, key, bytes.status());
     absl::StatusOr<Envelope> envelope = ReadEnvelope(bytes->data(), bytes->size(), key);
     if (!envelope.ok()) return AboutKey(*this, key, envelope.status());
@@ -289,7 +293,9 @@ class FileStore final : public SessionStore {
   // replaces it), and is an error when one is (strict), since its version is unknown.
   absl::StatusOr<int64_t> StoredVersion(const std::string& key, const std::string& path,
                                         bool strict) {
-    absl::StatusOr<std::vector<char>> bytes = ReadWholeFile(path);
+    // The envelope is all a version needs: never more than its largest size.
+    absl::StatusOr<std::vector<char>> bytes =
+        ReadFileStart(path, kFixedBytes + kMaxStoreKeyBytes + kSealBytes);
     if (!bytes.ok()) {
       return LumenStatusOf(bytes.status()) == LUMEN_ERROR_NOT_FOUND
                  ? absl::StatusOr<int64_t>(0)
