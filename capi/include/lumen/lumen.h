@@ -927,8 +927,9 @@ LUMEN_API void lumen_store_options_init(lumen_store_options* options);
  *   file:///path/to/dir   a directory, created (mode 0700) if its parent exists and it does
  *                         not; each key is one file in it, saved atomically and durably as
  *                         lumen_session_save does (a temporary file, flushed, renamed), its
- *                         name the key with bytes other than [A-Za-z0-9_-] written %XX and
- *                         the suffix ".lumen-store"; saves to one key wait for each other
+ *                         name the key with bytes other than [A-Za-z0-9_-] written %XX (cut
+ *                         at 180 bytes and ended with a hash of the whole key when longer)
+ *                         and the suffix ".lumen-store"; saves to one key wait for each other
  *                         (flock on a lock file beside it). An expired file stays on disk
  *                         until the key is saved again or removed.
  *   redis://host[:port][/db]   a Redis server (port 6379 and database 0 by default; a

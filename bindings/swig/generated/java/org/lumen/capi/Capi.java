@@ -605,8 +605,9 @@ public class Capi implements CapiConstants {
    *   file:///path/to/dir   a directory, created (mode 0700) if its parent exists and it does<br>
    *                         not; each key is one file in it, saved atomically and durably as<br>
    *                         lumen_session_save does (a temporary file, flushed, renamed), its<br>
-   *                         name the key with bytes other than [A-Za-z0-9_-] written %XX and<br>
-   *                         the suffix ".lumen-store"; saves to one key wait for each other<br>
+   *                         name the key with bytes other than [A-Za-z0-9_-] written %XX (cut<br>
+   *                         at 180 bytes and ended with a hash of the whole key when longer)<br>
+   *                         and the suffix ".lumen-store"; saves to one key wait for each other<br>
    *                         (flock on a lock file beside it). An expired file stays on disk<br>
    *                         until the key is saved again or removed.<br>
    *   redis://host[:port][/db]   a Redis server (port 6379 and database 0 by default; a<br>
