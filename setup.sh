@@ -6,9 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(cmake g++ make pkg-config libabsl-dev libxxhash-dev)
+# hiredis: the redis:// session store (the library builds without it, and then says so).
+packages+=(libhiredis-dev)
 tests=OFF
 if [[ "${1:-}" == "--tests" ]]; then
   packages+=(catch2 nlohmann-json3-dev clang-14 libclang-rt-14-dev)
+  # A Redis server that the store tests start privately on a loopback port, and
+  # redis-benchmark, the anchor of the store benchmark.
+  packages+=(redis-server redis-tools)
   # The bindings and their tests (bindings/): Python, Java, C#, Rust, and the drift check's
   # generators (swig, bindgen).
   packages+=(python3-dev python3-pytest python3-numpy default-jdk-headless junit5 mono-devel

@@ -29,10 +29,69 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
     status = (*backend)->LoadModel(*model);
   }
   if (!status.ok()) return status;
-  return std::shared_ptr<Engine>(new Engine(std::move(model), *std::move(backend)));
+  std::shared_ptr<Engine> engine(new Engine(std::move(model), *std::move(backend)));
+  if (options.memory_budget_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "memory_budget_bytes is ", options.memory_budget_bytes, ", must be >= 0 (0: no limit)"));
+  }
+  if (options.memory_budget_bytes > 0) {
+    if (engine->backend_->kind() != LUMEN_BACKEND_CPU) {
+      return absl::UnimplementedError(
+          "a session memory budget is supported by the CPU engine only, for now");
+    }
+    absl::StatusOr<std::unique_ptr<SessionResidency>> residency = SessionResidency::Create(
+        *engine, options.memory_budget_bytes,
+        options.spill_directory != nullptr ? options.spill_directory : "");
+    if (!residency.ok()) return residency.status();
+    engine->residency_ = *std::move(residency);
+  }
+  return engine;
+}
+
+absl::StatusOr<void*> Engine::AllocateSessionState() {
+  if (residency_ != nullptr) return residency_->AllocateForNewSession();
+  return AllocateState();
+}
+
+void Engine::RegisterSession(Session& session) {
+  if (residency_ != nullptr) residency_->Register(session);
+}
+
+void Engine::ForgetSession(Session& session) {
+  if (residency_ != nullptr) {
+    residency_->Forget(session);
+  } else {
+    FreeState(session.ExchangeBlock(nullptr));
+  }
+}
+
+absl::Status Engine::Pin(absl::Span<Session* const> sessions) {
+  return residency_ != nullptr ? residency_->Pin(sessions) : absl::OkStatus();
+}
+
+void Engine::Unpin(absl::Span<Session* const> sessions) {
+  if (residency_ != nullptr) residency_->Unpin(sessions);
+}
+
+void Engine::Prefetch(Session& session) {
+  if (residency_ != nullptr) residency_->Prefetch(session);
+}
+
+bool Engine::IsResident(const Session& session) {
+  return residency_ == nullptr || residency_->IsResident(session);
+}
+
+void Engine::FillStats(lumen_memory_stats& stats) {
+  if (residency_ != nullptr) {
+    residency_->FillStats(stats);
+    return;
+  }
+  // Without a budget every session is resident; the engine does not count them.
+  stats.memory_budget_bytes = 0;
 }
 
 Engine::~Engine() {
+  residency_.reset();  // its background thread first
   if (spare_state_ != nullptr) backend_->FreeState(spare_state_);
 }
 
@@ -89,6 +148,7 @@ absl::StatusOr<void*> Engine::TakeSpareState() {
 }
 
 void Engine::ReturnSpareState(void* block) {
+  if (block == nullptr) return;  // an evicted session's (SessionResidency::Reload)
   {
     std::lock_guard<std::mutex> lock(spare_mutex_);
     if (spare_state_ == nullptr) {
@@ -251,13 +311,16 @@ absl::Status Engine::RunLayer(bool chunkwise, int32_t layer,
       return absl::FailedPreconditionError(absl::StrCat(
           "session ", i, " belongs to another engine; a call runs sessions of its own engine"));
     }
-    run.states.push_back(session->layer_state(layer));
+    run.states.push_back(nullptr);  // set once the session is pinned (resident)
   }
   std::vector<const Session*> sorted(sessions.begin(), sessions.end());
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
     return absl::InvalidArgumentError("a session appears more than once in the call");
   }
+  PinnedSessions pinned(*this, sessions);
+  if (!pinned.status().ok()) return pinned.status();
+  for (size_t i = 0; i < sessions.size(); ++i) run.states[i] = sessions[i]->layer_state(layer);
   for (size_t i = 0; i < sessions.size(); ++i) {
     const int64_t tokens = sessions[i]->tokens(layer);
     const int64_t added = cu_seqlens[i + 1] - cu_seqlens[i];

@@ -14,6 +14,7 @@
 #include "lumen/lumen.h"
 #include "src/backend.h"
 #include "src/model.h"
+#include "src/session_residency.h"
 #include "src/thread_pool.h"
 #include "src/token_counts.h"
 
@@ -35,6 +36,20 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Backend& backend() const { return *backend_; }
 
   absl::StatusOr<std::unique_ptr<Session>> CreateSession();
+
+  // The session memory budget (lumen.h, "Session memory budget"); without one these only
+  // allocate and free. A new session's block is allocated within the budget, then the
+  // session registered; a dying session frees its block or its spill file.
+  absl::StatusOr<void*> AllocateSessionState();
+  void RegisterSession(Session& session);
+  void ForgetSession(Session& session);
+  // Makes the sessions resident until Unpin (PinnedSessions does both): every call that
+  // touches a session's state pins it first.
+  absl::Status Pin(absl::Span<Session* const> sessions);
+  void Unpin(absl::Span<Session* const> sessions);
+  void Prefetch(Session& session);
+  bool IsResident(const Session& session);
+  void FillStats(lumen_memory_stats& stats);
 
   // Session state memory, through the backend. A device backend waits in these for the layer
   // calls it has enqueued and learns whether their input checks failed, so each settles the
@@ -98,6 +113,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<SessionResidency> residency_;  // null without a memory budget
 
   // Held from a layer call's Run until its entry is in the ledger, so that no report is
   // applied before the entry of a call it speaks of. Only for a backend with asynchronous
@@ -110,6 +126,24 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   std::mutex pair_mutex_;                 // one RunConcurrently at a time
   std::unique_ptr<ThreadPool> pair_pool_;  // two threads, made on first use
+};
+
+// Pins sessions for the scope's lifetime (Engine::Pin); check status() before using them.
+class PinnedSessions {
+ public:
+  PinnedSessions(Engine& engine, absl::Span<Session* const> sessions)
+      : engine_(engine), sessions_(sessions), status_(engine.Pin(sessions)) {}
+  ~PinnedSessions() {
+    if (status_.ok()) engine_.Unpin(sessions_);
+  }
+  PinnedSessions(const PinnedSessions&) = delete;
+  PinnedSessions& operator=(const PinnedSessions&) = delete;
+  const absl::Status& status() const { return status_; }
+
+ private:
+  Engine& engine_;
+  absl::Span<Session* const> sessions_;
+  absl::Status status_;
 };
 
 }  // namespace lumen

@@ -8,16 +8,24 @@
 namespace lumen {
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Engine> engine) {
-  absl::StatusOr<void*> block = engine->AllocateState();
+  absl::StatusOr<void*> block = engine->AllocateSessionState();
   if (!block.ok()) return block.status();
-  return std::unique_ptr<Session>(new Session(std::move(engine), *block));
+  std::unique_ptr<Session> session(new Session(engine, *block));
+  engine->RegisterSession(*session);
+  return session;
 }
 
-Session::~Session() { engine_->FreeState(block_); }
+Session::~Session() { engine_->ForgetSession(*this); }
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Fork() const {
+  Session* self = const_cast<Session*>(this);  // pinning changes residency, not the state
+  PinnedSessions source(*engine_, {&self, 1});
+  if (!source.status().ok()) return source.status();
   absl::StatusOr<std::unique_ptr<Session>> copy = Create(engine_);
   if (!copy.ok()) return copy.status();
+  Session* fresh = copy->get();
+  PinnedSessions target(*engine_, {&fresh, 1});
+  if (!target.status().ok()) return target.status();
   absl::Status status = engine_->CopyState((*copy)->block_, block_);
   if (!status.ok()) return status;
   (*copy)->tokens_->CopyFrom(*tokens_);
@@ -25,6 +33,9 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Fork() const {
 }
 
 absl::Status Session::Reset() {
+  Session* self = this;
+  PinnedSessions pinned(*engine_, {&self, 1});
+  if (!pinned.status().ok()) return pinned.status();
   absl::Status status = engine_->ZeroState(block_);
   if (status.ok()) tokens_->SetAll(0);
   return status;
@@ -78,6 +89,9 @@ absl::Status Session::ReadState(int32_t layer, int32_t part, float* out,
                                 int64_t count) const {
   absl::StatusOr<int64_t> offset = PartOffset(layer, part, count);
   if (!offset.ok()) return offset.status();
+  Session* self = const_cast<Session*>(this);  // pinning changes residency, not the state
+  PinnedSessions pinned(*engine_, {&self, 1});
+  if (!pinned.status().ok()) return pinned.status();
   const LayerSpec& spec = model().layer(layer);
   const char* src = static_cast<const char*>(layer_state(layer)) + *offset;
   if (spec.state_dtype == DType::kFloat32) {
@@ -99,6 +113,9 @@ absl::Status Session::WriteState(int32_t layer, int32_t part, const float* value
       return absl::InvalidArgumentError(absl::StrCat("state value ", i, " is not finite"));
     }
   }
+  Session* self = this;
+  PinnedSessions pinned(*engine_, {&self, 1});
+  if (!pinned.status().ok()) return pinned.status();
   const LayerSpec& spec = model().layer(layer);
   char* dst = static_cast<char*>(layer_state(layer)) + *offset;
   if (spec.state_dtype == DType::kFloat32) {

@@ -3,6 +3,7 @@
 // engine's backend memory, and the number of tokens each layer has consumed.
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -46,7 +47,7 @@ class Session {
   void* layer_state(int32_t layer) const;
 
   // Makes `block` (a full state block of this engine) the session's state and returns the
-  // block it replaces.
+  // block it replaces (nullptr while the session is evicted, see SessionResidency).
   void* ExchangeBlock(void* block) { return std::exchange(block_, block); }
 
   // Copy one part of a layer's state out as / in from fp32 canonical layout (host memory).
@@ -56,6 +57,8 @@ class Session {
                           int64_t count);
 
  private:
+  friend class SessionResidency;
+
   Session(std::shared_ptr<Engine> engine, void* block)
       : engine_(std::move(engine)),
         block_(block),
@@ -68,6 +71,13 @@ class Session {
   std::shared_ptr<Engine> engine_;
   void* block_;                  // model().state_bytes() bytes of backend memory
   std::shared_ptr<TokenCounts> tokens_;  // [num_layers]
+
+  // Kept by the engine's SessionResidency (under its lock) when the engine has a memory
+  // budget: whether block_ holds the state or it is spilled, how many calls use the session
+  // now, and its place in the least-recently-used order while resident.
+  bool resident_ = true;
+  int32_t pins_ = 0;
+  std::list<Session*>::iterator lru_position_;
 };
 
 }  // namespace lumen

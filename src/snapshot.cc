@@ -51,6 +51,21 @@ int64_t SnapshotSize(const Model& model, DType dtype) {
 
 absl::Status WriteSnapshot(const Session& session, DType dtype, void* buffer,
                            int64_t capacity) {
+  Session* self = const_cast<Session*>(&session);  // pinning changes residency only
+  PinnedSessions pinned(session.engine(), {&self, 1});
+  if (!pinned.status().ok()) return pinned.status();
+  return WriteResidentSnapshot(session, dtype, buffer, capacity);
+}
+
+absl::Status RestoreSnapshot(Session& session, const void* data, int64_t size) {
+  Session* self = &session;
+  PinnedSessions pinned(session.engine(), {&self, 1});
+  if (!pinned.status().ok()) return pinned.status();
+  return RestoreResidentSnapshot(session, data, size);
+}
+
+absl::Status WriteResidentSnapshot(const Session& session, DType dtype, void* buffer,
+                                   int64_t capacity) {
   const Model& model = session.model();
   const int64_t size = snapshot::SnapshotSize(model, dtype);
   if (capacity < size) {
@@ -100,7 +115,7 @@ absl::Status WriteSnapshot(const Session& session, DType dtype, void* buffer,
   return absl::OkStatus();
 }
 
-absl::Status RestoreSnapshot(Session& session, const void* data, int64_t size) {
+absl::Status RestoreResidentSnapshot(Session& session, const void* data, int64_t size) {
   const Model& model = session.model();
   const char* in = static_cast<const char*>(data);
   if (absl::Status status = snapshot::CheckMagic(in, size); !status.ok()) return status;

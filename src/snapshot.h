@@ -22,4 +22,11 @@ absl::Status WriteSnapshot(const Session& session, DType dtype, void* buffer,
 // replaces the session's state and token counts.
 absl::Status RestoreSnapshot(Session& session, const void* data, int64_t size);
 
+// The same for a session the caller keeps resident: the engine's SessionResidency, which
+// evicts and reloads sessions with them under its lock (the two above pin the session).
+// RestoreResidentSnapshot also gives an evicted session (no state block) a block of its own.
+absl::Status WriteResidentSnapshot(const Session& session, DType dtype, void* buffer,
+                                   int64_t capacity);
+absl::Status RestoreResidentSnapshot(Session& session, const void* data, int64_t size);
+
 }  // namespace lumen

@@ -235,6 +235,9 @@ absl::Status RestoreStreamed(Session& session, int fd, const char* head, int64_t
 }  // namespace
 
 absl::Status SaveSnapshotFile(const Session& session, DType dtype, const std::string& path) {
+  Session* self = const_cast<Session*>(&session);  // pinning changes residency only
+  PinnedSessions pinned(session.engine(), {&self, 1});
+  if (!pinned.status().ok()) return pinned.status();
   absl::StatusOr<std::string> target = ResolveLinks(path);
   if (!target.ok()) return target.status();
   TemporaryFile temp(TemporaryPathFor(*target));
@@ -279,6 +282,9 @@ absl::Status SaveSnapshotFile(const Session& session, DType dtype, const std::st
 }
 
 absl::Status LoadSnapshotFile(Session& session, const std::string& path) {
+  Session* self = &session;
+  PinnedSessions pinned(session.engine(), {&self, 1});
+  if (!pinned.status().ok()) return pinned.status();
   // O_NONBLOCK: opening a FIFO or a device must not wait for a writer; only regular files
   // are read, and on those the flag changes nothing.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);

@@ -18,6 +18,10 @@ absl::StatusCode AbslCodeFor(lumen_status code) {
     case LUMEN_ERROR_UNSUPPORTED: return absl::StatusCode::kUnimplemented;
     case LUMEN_ERROR_BACKEND: return absl::StatusCode::kUnavailable;
     case LUMEN_ERROR_CORRUPT_SNAPSHOT: return absl::StatusCode::kDataLoss;
+    case LUMEN_ERROR_NOT_FOUND: return absl::StatusCode::kNotFound;
+    case LUMEN_ERROR_VERSION_CONFLICT: return absl::StatusCode::kAborted;
+    case LUMEN_ERROR_UNAVAILABLE: return absl::StatusCode::kUnavailable;
+    case LUMEN_ERROR_TIMEOUT: return absl::StatusCode::kDeadlineExceeded;
     default: return absl::StatusCode::kUnknown;
   }
 }

@@ -11,10 +11,13 @@ namespace {
 #define LUMEN_ENDS_AT_LAST_FIELD(type, last) \
   static_assert(offsetof(type, last) + sizeof(type::last) == sizeof(type))
 LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_options, conv_activation);
-LUMEN_ENDS_AT_LAST_FIELD(lumen_engine_options, device);
+LUMEN_ENDS_AT_LAST_FIELD(lumen_engine_options, spill_directory);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_inputs, stream);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_output, o_count);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_snapshot_options, state_dtype);
+LUMEN_ENDS_AT_LAST_FIELD(lumen_store_options, part_bytes);
+LUMEN_ENDS_AT_LAST_FIELD(lumen_store_save_options, expected_version);
+LUMEN_ENDS_AT_LAST_FIELD(lumen_memory_stats, bytes_reloaded);
 #undef LUMEN_ENDS_AT_LAST_FIELD
 
 }  // namespace

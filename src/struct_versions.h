@@ -73,4 +73,11 @@ static_assert(AddedFieldsTile<lumen_engine_options>());
 static_assert(AddedFieldsTile<lumen_reservation>());
 static_assert(AddedFieldsTile<lumen_snapshot_options>());
 
+// 0.2's lumen_engine_options ended before memory_budget_bytes: its engines have no budget.
+inline constexpr uint32_t kEngineOptionsSizeV0 = offsetof(lumen_engine_options,
+                                                         memory_budget_bytes);
+
+// 0.3's lumen_memory_stats is the first: a caller's struct is at least that.
+inline constexpr uint32_t kEngineStatsSizeV0 = sizeof(lumen_memory_stats);
+
 }  // namespace lumen

@@ -65,7 +65,7 @@ LUMEN_ENUM_NAMES
 %typemap(in) void** out "$1 = ($1_ltype)$input;"
 
 %apply int *OUTPUT { int32_t* out, int32_t* out_layer };
-%apply long long *OUTPUT { int64_t* out, int64_t* out_size };
+%apply long long *OUTPUT { int64_t* out, int64_t* out_size, int64_t* out_version };
 
 /* ---- enumerations carried as int32_t, by the header's field and parameter names ----------- */
 %define LUMEN_ENUM_FIELD(NAME, CSENUM)

@@ -84,6 +84,7 @@ static int binding_out_array(JNIEnv* jenv, jarray array) {
 LUMEN_OUT(void*, out, jlongArray, long[], jlong, SetLongArrayRegion)
 LUMEN_OUT(int64_t, out, jlongArray, long[], jlong, SetLongArrayRegion)
 LUMEN_OUT(int64_t, out_size, jlongArray, long[], jlong, SetLongArrayRegion)
+LUMEN_OUT(int64_t, out_version, jlongArray, long[], jlong, SetLongArrayRegion)
 LUMEN_OUT(int32_t, out, jintArray, int[], jint, SetIntArrayRegion)
 LUMEN_OUT(int32_t, out_layer, jintArray, int[], jint, SetIntArrayRegion)
 LUMEN_OUT(lumen_dtype, out, jintArray, int[], jint, SetIntArrayRegion)

@@ -5,7 +5,7 @@
  * reaches each language without an edit here. What this file adds is generic, keyed on types
  * and on the header's parameter-name conventions, never on one function:
  *   - lumen_status results become the language's exception (status + the library's message);
- *   - handles (lumen_model_builder, lumen_model, lumen_engine, lumen_session) are opaque
+ *   - handles (lumen_model_builder, lumen_model, lumen_engine, lumen_session, lumen_store) are opaque
  *     addresses; the idiomatic classes in bindings/<language>/ own and free them;
  *   - `T** out` / `T* out` / `T* out_*` out-pointers come back as results (Python) or
  *     single-element arrays / out parameters (Java, C#);
@@ -76,6 +76,9 @@ LUMEN_OPTIONS_STRUCT(lumen_layer_inputs, lumen_layer_inputs_init, LayerInputs)
 LUMEN_OPTIONS_STRUCT(lumen_layer_output, lumen_layer_output_init, LayerOutput)
 LUMEN_OPTIONS_STRUCT(lumen_snapshot_options, lumen_snapshot_options_init, SnapshotOptions)
 LUMEN_OPTIONS_STRUCT(lumen_reservation, lumen_reservation_init, Reservation)
+LUMEN_OPTIONS_STRUCT(lumen_store_options, lumen_store_options_init, StoreOptions)
+LUMEN_OPTIONS_STRUCT(lumen_store_save_options, lumen_store_save_options_init, StoreSaveOptions)
+LUMEN_OPTIONS_STRUCT(lumen_memory_stats, lumen_memory_stats_init, MemoryStats)
 
 /* Every language's typemaps for `void*` (an address) and `void** out` (a new handle) also
  * serve the handles. */
@@ -88,6 +91,7 @@ LUMEN_HANDLE(lumen_model_builder)
 LUMEN_HANDLE(lumen_model)
 LUMEN_HANDLE(lumen_engine)
 LUMEN_HANDLE(lumen_session)
+LUMEN_HANDLE(lumen_store)
 /* Batches of sessions (Python checks cu_seqlens against n; Java and C# take n from the array). */
 #if defined(SWIGCSHARP)
 %apply void* const* sessions { lumen_session* const* sessions };

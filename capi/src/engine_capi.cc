@@ -1,8 +1,11 @@
-// C entry points for engines and the batched layer calls.
+// C entry points for engines, their statistics and the batched layer calls.
+
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "capi/src/capi_util.h"
 #include "src/struct_size.h"
+#include "src/struct_versions.h"
 
 using lumen::capi::Fail;
 using lumen::capi::FromStatus;
@@ -48,7 +51,8 @@ lumen_status lumen_engine_create(const lumen_model* model, const lumen_engine_op
   lumen_engine_options resolved;
   lumen_engine_options_init(&resolved);
   if (options != nullptr) {
-    absl::Status size = lumen::CheckStructSize(*options, "lumen_engine_options");
+    absl::Status size = lumen::CheckStructSize(*options, "lumen_engine_options",
+                                               lumen::kEngineOptionsSizeV0);
     if (!size.ok()) return FromStatus(size);
     resolved = lumen::CurrentLayout(*options);
   }
@@ -89,6 +93,29 @@ lumen_status lumen_engine_reserve(lumen_engine* engine, const lumen_reservation*
   LUMEN_REQUIRE_NOT_NULL(engine);
   LUMEN_REQUIRE_NOT_NULL(reservation);
   return Guard([&] { return FromStatus(engine->engine->Reserve(*reservation)); });
+}
+
+void lumen_memory_stats_init(lumen_memory_stats* stats) {
+  if (stats == nullptr) return;
+  *stats = lumen_memory_stats{};
+  stats->struct_size = sizeof(lumen_memory_stats);
+}
+
+lumen_status lumen_engine_stats(const lumen_engine* engine, lumen_memory_stats* out) {
+  LUMEN_REQUIRE_NOT_NULL(engine);
+  LUMEN_REQUIRE_NOT_NULL(out);
+  if (out->struct_size < lumen::kEngineStatsSizeV0 || out->struct_size > lumen::kMaxStructSize) {
+    return Fail(LUMEN_ERROR_INVALID_ARGUMENT,
+                absl::StrCat("lumen_memory_stats.struct_size is ", out->struct_size,
+                             "; call lumen_memory_stats_init first"));
+  }
+  return Guard([&] {
+    lumen_memory_stats stats;
+    lumen_memory_stats_init(&stats);
+    engine->engine->FillStats(stats);
+    std::memcpy(out, &stats, sizeof(stats));
+    return Ok();
+  });
 }
 
 lumen_status lumen_engine_scratch_bytes(const lumen_engine* engine, int64_t* out) {

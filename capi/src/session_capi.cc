@@ -63,6 +63,21 @@ lumen_status lumen_session_reset(lumen_session* session) {
   return Guard([&] { return FromStatus(session->session->Reset()); });
 }
 
+lumen_status lumen_session_prefetch(lumen_session* session) {
+  LUMEN_REQUIRE_NOT_NULL(session);
+  return Guard([&] {
+    session->session->engine().Prefetch(*session->session);
+    return Ok();
+  });
+}
+
+lumen_status lumen_session_resident(const lumen_session* session, int32_t* out) {
+  LUMEN_REQUIRE_NOT_NULL(session);
+  LUMEN_REQUIRE_NOT_NULL(out);
+  *out = session->session->engine().IsResident(*session->session) ? 1 : 0;
+  return Ok();
+}
+
 lumen_status lumen_session_model(const lumen_session* session, lumen_model** out) {
   LUMEN_REQUIRE_NOT_NULL(session);
   LUMEN_REQUIRE_NOT_NULL(out);

@@ -67,7 +67,11 @@ TEST_CASE("every status has a distinct name", "[capi]") {
                               LUMEN_ERROR_BUFFER_TOO_SMALL,
                               LUMEN_ERROR_CORRUPT_SNAPSHOT,
                               LUMEN_ERROR_SNAPSHOT_VERSION,
-                              LUMEN_ERROR_IO};
+                              LUMEN_ERROR_IO,
+                              LUMEN_ERROR_NOT_FOUND,
+                              LUMEN_ERROR_VERSION_CONFLICT,
+                              LUMEN_ERROR_UNAVAILABLE,
+                              LUMEN_ERROR_TIMEOUT};
   // Values are fixed forever.
   CHECK(LUMEN_OK == 0);
   CHECK(LUMEN_ERROR_INVALID_ARGUMENT == 1);
@@ -81,6 +85,10 @@ TEST_CASE("every status has a distinct name", "[capi]") {
   CHECK(LUMEN_ERROR_CORRUPT_SNAPSHOT == 9);
   CHECK(LUMEN_ERROR_SNAPSHOT_VERSION == 10);
   CHECK(LUMEN_ERROR_IO == 11);
+  CHECK(LUMEN_ERROR_NOT_FOUND == 12);
+  CHECK(LUMEN_ERROR_VERSION_CONFLICT == 13);
+  CHECK(LUMEN_ERROR_UNAVAILABLE == 14);
+  CHECK(LUMEN_ERROR_TIMEOUT == 15);
   std::set<std::string> names;
   for (lumen_status s : all) {
     const char* name = lumen_status_string(s);

@@ -276,6 +276,14 @@ inline Tokens RandomTokens(const LayerDesc& l, int32_t count, std::mt19937& rng)
       t.g.resize(int64_t{count} * hv * o.key_dim);
       for (float& x : t.g) x = decay(rng);
       break;
+    case LUMEN_FAMILY_KDA:
+      t.g.resize(int64_t{count} * hv * o.key_dim);
+      for (float& x : t.g) x = decay(rng);
+      [[fallthrough]];
+    case LUMEN_FAMILY_DELTA_NET:
+      t.beta.resize(int64_t{count} * hv);
+      for (float& x : t.beta) x = 0.5f + 0.4f * std::tanh(normal(rng));
+      break;
     default:
       break;
   }

@@ -28,7 +28,8 @@ LumenError = capi.LumenError
 __all__ = [
     "LumenError", "Status", "Family", "FeatureMap", "DType", "Memory", "Backend", "Param",
     "StatePart", "LayerOptions", "EngineOptions", "SnapshotOptions", "Reservation",
-    "ModelBuilder", "Model", "Engine", "Session", "version",
+    "StoreOptions", "StoreSaveOptions", "ModelBuilder", "Model", "Engine", "Session", "Store",
+    "version",
 ]
 
 
@@ -62,11 +63,15 @@ _FIELD_ENUMS = {"family": Family, "feature_map": FeatureMap, "state_dtype": DTyp
                 "conv_activation": ConvActivation}
 
 
+# Fields that hold text (the library copies it when the struct is used).
+_TEXT_FIELDS = {"spill_directory"}
+
+
 def _fill(struct, fields):
     for name, value in fields.items():
         if name.startswith("_") or not hasattr(struct, name):
             raise TypeError("%s has no field %r" % (type(struct).__name__, name))
-        if isinstance(value, str):
+        if isinstance(value, str) and name not in _TEXT_FIELDS:
             enum_type = _FIELD_ENUMS.get(name)
             if enum_type is None or value.upper() not in enum_type.__members__:
                 raise ValueError("%s=%r is not a known value" % (name, value))
@@ -103,6 +108,23 @@ def SnapshotOptions(**fields):
 def Reservation(**fields):
     """A lumen_reservation with defaults, then the given fields (max_sessions, max_tokens)."""
     return _fill(capi.lumen_reservation(), fields)
+
+
+def StoreOptions(**fields):
+    """A lumen_store_options with defaults, then the given fields (timeout_ms, part_bytes)."""
+    return _fill(capi.lumen_store_options(), fields)
+
+
+def StoreSaveOptions(**fields):
+    """A lumen_store_save_options with defaults, then the given fields (state_dtype,
+    expiry_ms, expected_version)."""
+    return _fill(capi.lumen_store_save_options(), fields)
+
+
+# The fields of lumen_memory_stats, in the header's order.
+_MEMORY_STATS = ("memory_budget_bytes", "resident_sessions", "resident_bytes", "host_sessions",
+                 "host_bytes", "spilled_sessions", "spilled_bytes", "evictions", "reloads",
+                 "prefetches", "bytes_evicted", "bytes_reloaded")
 
 
 class _Handle:
@@ -201,7 +223,8 @@ class Engine(_Handle):
     _prefix = "lumen_engine_"
 
     def __init__(self, model, options=None, **fields):
-        """options: an EngineOptions, or keyword fields (backend, num_threads, device)."""
+        """options: an EngineOptions, or keyword fields (backend, num_threads, device,
+        memory_budget_bytes, spill_directory)."""
         if options is not None and fields:
             raise TypeError("give either options or keyword fields")
         if fields:
@@ -227,6 +250,13 @@ class Engine(_Handle):
         if reservation is not None and fields:
             raise TypeError("give either a reservation or keyword fields")
         capi.lumen_engine_reserve(self.address, reservation or Reservation(**fields))
+
+    def stats(self):
+        """Where the engine's session state is and how much has moved (lumen_engine_stats),
+        as a dict: memory_budget_bytes, resident_sessions, resident_bytes, spilled_sessions,
+        spilled_bytes, evictions, reloads, prefetches, bytes_evicted, bytes_reloaded..."""
+        stats = capi.lumen_engine_stats(self.address)
+        return {name: getattr(stats, name) for name in _MEMORY_STATS}
 
     @property
     def scratch_bytes(self):
@@ -307,6 +337,15 @@ class Session(_Handle):
     def fork(self):
         """A deep copy of this session on the same engine."""
         return Session(self._engine, capi.lumen_session_fork(self.address))
+
+    def prefetch(self):
+        """Starts bringing an evicted session back in the background (a no-op otherwise)."""
+        capi.lumen_session_prefetch(self.address)
+
+    @property
+    def resident(self):
+        """Whether the session's state is in the engine's memory (not evicted)."""
+        return bool(capi.lumen_session_resident(self.address))
 
     def reset(self):
         capi.lumen_session_reset(self.address)
@@ -398,6 +437,41 @@ class Session(_Handle):
     def load(self, path):
         """Restores from a snapshot file; all or nothing."""
         capi.lumen_session_load(self.address, _fspath(path))
+
+
+class Store(_Handle):
+    """A session store (lumen_store): snapshots under string keys in a directory
+    ("file:///path") or a Redis server ("redis://host:port/db"), each with a version and an
+    optional expiry. Thread-safe; its calls take turns."""
+    _prefix = "lumen_store_"
+
+    def __init__(self, uri, options=None, **fields):
+        """options: a StoreOptions, or keyword fields (timeout_ms, part_bytes)."""
+        if options is not None and fields:
+            raise TypeError("give either options or keyword fields")
+        if fields:
+            options = StoreOptions(**fields)
+        super().__init__(capi.lumen_store_open(uri, options), capi.lumen_store_destroy)
+        self.uri = uri
+
+    def save(self, key, session, options=None, **fields):
+        """Saves the session under key and returns the version it now has. Fields:
+        state_dtype, expiry_ms, expected_version (-1: any; 0: only a new key; n: only over
+        version n, else LumenError VERSION_CONFLICT)."""
+        if options is not None and fields:
+            raise TypeError("give either options or keyword fields")
+        if fields:
+            options = StoreSaveOptions(**fields)
+        return capi.lumen_store_save(self.address, key, session.address, options)
+
+    def load(self, key, session):
+        """Restores the session from the value under key and returns its version
+        (LumenError NOT_FOUND when the key holds nothing)."""
+        return capi.lumen_store_load(self.address, key, session.address)
+
+    def remove(self, key):
+        """Removes the value under key (LumenError NOT_FOUND when there is none)."""
+        capi.lumen_store_remove(self.address, key)
 
 
 def _fspath(path):

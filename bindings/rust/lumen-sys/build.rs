@@ -42,8 +42,8 @@ fn link_shared(dir: Option<&Path>) {
     println!("cargo:rustc-link-lib=dylib=lumen");
 }
 
-/// liblumen.a, then what it needs: Abseil and xxHash (found by pkg-config), the C++ runtime,
-/// and the threads and dl libraries that CMake adds.
+/// liblumen.a, then what it needs: Abseil and xxHash (found by pkg-config), hiredis where it
+/// is installed, the C++ runtime, and the threads and dl libraries that CMake adds.
 fn link_static(dir: &Path) {
     println!("cargo:rustc-link-search=native={}", dir.display());
     println!("cargo:lib_dir={}", dir.display());
@@ -54,6 +54,10 @@ fn link_static(dir: &Path) {
     let system = ["stdc++", "pthread", "dl"].map(String::from);
     for name in dependency_flags("--libs-only-l", "-l").into_iter().chain(system) {
         println!("cargo:rustc-link-lib=dylib={}", name);
+    }
+    // hiredis, optional: CMake builds the redis:// store where libhiredis-dev is installed.
+    if pkg_config(&["--exists", "hiredis"]).is_some() {
+        println!("cargo:rustc-link-lib=dylib=hiredis");
     }
 }
 

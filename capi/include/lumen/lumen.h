@@ -188,7 +188,16 @@ typedef enum lumen_status {
   /** A snapshot was written in a newer format version than this library reads. */
   LUMEN_ERROR_SNAPSHOT_VERSION = 10,
   /** A file could not be opened, read, written, flushed or renamed. */
-  LUMEN_ERROR_IO = 11
+  LUMEN_ERROR_IO = 11,
+  /* The session stores' statuses (see "Session stores"): since 0.3. */
+  /** A store holds no value under the key (never saved, removed, or expired). */
+  LUMEN_ERROR_NOT_FOUND = 12,
+  /** A save's expected version is not the stored one: another writer saved first. */
+  LUMEN_ERROR_VERSION_CONFLICT = 13,
+  /** A store's server cannot be reached, or closed the connection during the call. */
+  LUMEN_ERROR_UNAVAILABLE = 14,
+  /** A store's server did not answer within the store's timeout. */
+  LUMEN_ERROR_TIMEOUT = 15
 } lumen_status;
 
 /**
@@ -486,6 +495,12 @@ typedef struct lumen_engine_options {
   int32_t num_threads;  /* CPU worker threads including the caller, at most 1024;
                            0 = one per hardware thread */
   int32_t device;       /* GPU ordinal for GPU backends; default 0 */
+  /* Since 0.3 (struct_size tells whether a caller has them): the session memory budget, see
+   * "Session memory budget" below. */
+  int64_t memory_budget_bytes;  /* bytes of session state kept resident; 0 (default): no limit */
+  const char* spill_directory;  /* UTF-8 directory for evicted sessions (must exist), copied
+                                   at creation; NULL (default): a private directory the
+                                   engine makes under $TMPDIR (or /tmp) and removes */
 } lumen_engine_options;
 
 /** Fills *options with defaults. */
@@ -559,6 +574,58 @@ LUMEN_API lumen_status lumen_engine_reserve(lumen_engine* engine,
                                             const lumen_reservation* reservation);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Session memory budget (since 0.3)                                                          */
+/*                                                                                            */
+/* An engine created with lumen_engine_options.memory_budget_bytes > 0 keeps at most that     */
+/* many bytes of session state resident (host memory for the CPU engine): each session counts */
+/* lumen_model_state_bytes(model, -1, ...) bytes; the engine's one spare block for restores   */
+/* and the CPU's held writes are not counted. When a session must become resident (created,   */
+/* or called while evicted) and the budget is full, the least recently used sessions that no  */
+/* call is using are evicted: each is written, as an fp32 snapshot with its checksum, to a    */
+/* file in the spill directory, and its state memory is freed. Any call on an evicted session */
+/* brings it back first, bit for bit, transparently (counted in lumen_engine_stats); so does  */
+/* lumen_session_prefetch, in the background. Eviction never loses data: a file that cannot   */
+/* be written (a full disk, a missing or read-only directory) leaves the session resident,    */
+/* and the call that needed the room fails with LUMEN_ERROR_IO saying why; a call that needs  */
+/* more sessions resident at once than the budget holds (or whose other sessions are in use   */
+/* by other threads) fails with LUMEN_ERROR_OUT_OF_MEMORY. A failed call changes no session.  */
+/* Evictions and reloads take turns within an engine. Supported by the CPU engine; a GPU      */
+/* engine with a budget is LUMEN_ERROR_UNSUPPORTED for now. A budget below one session's      */
+/* state is LUMEN_ERROR_INVALID_ARGUMENT.                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/**
+ * Where an engine's session state is and how much has moved. Sizes count state bytes as the
+ * budget does. Set struct_size (lumen_memory_stats_init does) before lumen_engine_stats.
+ * Since 0.3.
+ */
+typedef struct lumen_memory_stats {
+  uint32_t struct_size;          /* set by init */
+  int64_t memory_budget_bytes;   /* the budget; 0: none */
+  int64_t resident_sessions;     /* sessions in the engine's memory (device for a GPU engine) */
+  int64_t resident_bytes;
+  int64_t host_sessions;         /* sessions in the pinned host tier of a GPU engine; 0 on CPU */
+  int64_t host_bytes;
+  int64_t spilled_sessions;      /* sessions in the spill directory */
+  int64_t spilled_bytes;         /* their files' bytes */
+  int64_t evictions;             /* sessions evicted so far */
+  int64_t reloads;               /* sessions brought back by a call on them */
+  int64_t prefetches;            /* sessions brought back by lumen_session_prefetch */
+  int64_t bytes_evicted;         /* bytes written to the spill directory so far */
+  int64_t bytes_reloaded;        /* bytes read back from it so far */
+} lumen_memory_stats;
+
+/** Fills *stats with zeros and struct_size. NULL is a no-op. Since 0.3. */
+LUMEN_API void lumen_memory_stats_init(lumen_memory_stats* stats);
+
+/**
+ * Writes the engine's session tiers and traffic to *out (see lumen_memory_stats). The
+ * caller's struct_size says how many bytes to write (at least the 0.3 struct, at most 4096);
+ * struct_size is left as the bytes written. Thread-safe. Since 0.3.
+ */
+LUMEN_API lumen_status lumen_engine_stats(const lumen_engine* engine, lumen_memory_stats* out);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Sessions                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -578,6 +645,22 @@ LUMEN_API lumen_status lumen_session_fork(const lumen_session* session, lumen_se
 
 /** Sets every state to zero and every token count to 0. */
 LUMEN_API lumen_status lumen_session_reset(lumen_session* session);
+
+/**
+ * Starts bringing an evicted session back into the engine's memory in the background (see
+ * "Session memory budget"), so that the next call on it does not wait for the spill file;
+ * returns at once. A session that is resident, or an engine without a budget, makes it a
+ * no-op. If there is no room without evicting a session in use, or the reload fails, the
+ * session stays evicted and the next call on it reloads it (and reports any error). The
+ * session may be used, or destroyed, meanwhile. Since 0.3.
+ */
+LUMEN_API lumen_status lumen_session_prefetch(lumen_session* session);
+
+/**
+ * Writes 1 to *out if the session's state is in the engine's memory, 0 if it is evicted
+ * (see "Session memory budget"). Since 0.3.
+ */
+LUMEN_API lumen_status lumen_session_resident(const lumen_session* session, int32_t* out);
 
 /**
  * Writes a new reference to the session's model to *out (free it with lumen_model_destroy),
@@ -795,6 +878,138 @@ LUMEN_API lumen_status lumen_session_save(const lumen_session* session, const ch
  * can have is rejected after reading its head only (at most 32 + 56 * layers bytes).
  */
 LUMEN_API lumen_status lumen_session_load(lumen_session* session, const char* path);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Session stores (since 0.3)                                                                 */
+/*                                                                                            */
+/* A store keeps sessions' snapshots under string keys, so that any process, on any machine   */
+/* that opens the same store, can continue a conversation from where it was last saved. Two   */
+/* kinds, chosen by the URI: a directory (file://) and a Redis server (redis://). What a      */
+/* store holds under a key is the self-describing snapshot (docs/snapshot_format.md: model    */
+/* fingerprint and checksum included), a version and an optional expiry.                      */
+/*                                                                                            */
+/*   - Versions. Every successful save stores the previous version + 1 (1 for a key that     */
+/*     holds nothing: never saved, removed or expired). A save may name the version it       */
+/*     expects to replace (compare-and-set); if another writer saved in between, the save    */
+/*     fails with LUMEN_ERROR_VERSION_CONFLICT and stores nothing, so that two machines      */
+/*     cannot silently overwrite each other's newer state.                                   */
+/*   - Atomicity. A reader sees the old value or the new one, never a mix, whatever happens  */
+/*     to the writer (killed, disconnected, out of space) and however many parts the value   */
+/*     is split into.                                                                        */
+/*   - Errors. A load that fails leaves the session exactly as it was; a save only reads the */
+/*     session. A missing key is LUMEN_ERROR_NOT_FOUND; a value of another model             */
+/*     LUMEN_ERROR_MODEL_MISMATCH; damaged bytes LUMEN_ERROR_CORRUPT_SNAPSHOT; a server that */
+/*     cannot be reached or drops the connection LUMEN_ERROR_UNAVAILABLE; one that does not  */
+/*     answer in time LUMEN_ERROR_TIMEOUT; a file that cannot be written (a full disk, a     */
+/*     read-only directory), or a command the server refuses (e.g. out of memory),           */
+/*     LUMEN_ERROR_IO. Each message names the store, the key and the reason. A store whose   */
+/*     connection failed connects again on its next call.                                    */
+/*   - Keys: 1 to 1024 bytes, any bytes but NUL.                                             */
+/*   - Thread safety: a store may be called from several threads; its calls take turns       */
+/*     (open one store per thread for parallel transfers). The session rules are those of    */
+/*     lumen_session_snapshot (save) and lumen_session_restore (load).                       */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct lumen_store lumen_store;
+
+/** How a store is opened. Fill with lumen_store_options_init. Since 0.3. */
+typedef struct lumen_store_options {
+  uint32_t struct_size; /* set by init */
+  /** redis://: the limit, in milliseconds, on connecting and on each command's answer;
+   *  0 means 5000. Ignored by file://. */
+  int32_t timeout_ms;
+  /** redis://: a snapshot larger than this many bytes is stored as parts of at most this
+   *  size; 0 means 4 MiB (4194304). At least 4096 and at most 512 MiB (Redis's largest
+   *  string). Ignored by file:// (one file per key). */
+  int64_t part_bytes;
+} lumen_store_options;
+
+/** Fills *options with defaults (timeout 5000 ms, parts of 4 MiB). NULL is a no-op. Since 0.3. */
+LUMEN_API void lumen_store_options_init(lumen_store_options* options);
+
+/**
+ * Opens the store `uri` (UTF-8) and writes it to *out; free it with lumen_store_destroy.
+ * options may be NULL (defaults). Since 0.3.
+ *
+ *   file:///path/to/dir   a directory, created (mode 0700) if its parent exists and it does
+ *                         not; each key is one file in it, saved atomically and durably as
+ *                         lumen_session_save does (a temporary file, flushed, renamed), its
+ *                         name the key with bytes other than [A-Za-z0-9_-] written %XX (cut
+ *                         at 180 bytes and ended with a hash of the whole key when longer)
+ *                         and the suffix ".lumen-store"; saves to one key wait for each other
+ *                         (flock on a lock file beside it). An expired file stays on disk
+ *                         until the key is saved again or removed.
+ *   redis://host[:port][/db]   a Redis server (port 6379 and database 0 by default; a
+ *                         password as the URI's user information, redis://:secret\@host),
+ *                         through hiredis. The connection is made here. Keys live under
+ *                         "lumen:{key}:" (one hash slot per key): a head that names the
+ *                         value's generation, version and size, and the parts of each
+ *                         generation, written first with a five-minute expiry; one Lua
+ *                         script then checks the version, points the head at the new
+ *                         generation, gives its parts the value's expiry (or none) and
+ *                         deletes the old generation's parts. A save that dies before the
+ *                         script leaves parts that expire by themselves. A read takes the
+ *                         head, then its parts; should a newer save replace them meanwhile,
+ *                         it reads again, at last through a script the server runs whole.
+ *
+ * Returns LUMEN_ERROR_INVALID_ARGUMENT for a URI that is not one of these (the message says
+ * what is wrong) or bad options; LUMEN_ERROR_UNSUPPORTED for redis:// in a library built
+ * without hiredis; LUMEN_ERROR_IO when the directory cannot be made or is not one;
+ * LUMEN_ERROR_UNAVAILABLE or LUMEN_ERROR_TIMEOUT when the server cannot be reached, and
+ * LUMEN_ERROR_IO when it refuses the password or the database.
+ */
+LUMEN_API lumen_status lumen_store_open(const char* uri, const lumen_store_options* options,
+                                        lumen_store** out);
+
+/** Closes the store (its connection). NULL is a no-op. Since 0.3. */
+LUMEN_API void lumen_store_destroy(lumen_store* store);
+
+/** How a session is saved to a store. Fill with lumen_store_save_options_init. Since 0.3. */
+typedef struct lumen_store_save_options {
+  uint32_t struct_size; /* set by init */
+  /** lumen_dtype of the stored state, as in lumen_snapshot_options: FLOAT32 (default) or
+   *  BFLOAT16. */
+  int32_t state_dtype;
+  /** 0 (default): the value never expires; > 0: it expires this many milliseconds after
+   *  the save, and the key then holds nothing. */
+  int64_t expiry_ms;
+  /** -1 (default): replace whatever the key holds; 0: save only if the key holds nothing;
+   *  n > 0: save only if the stored version is n. Otherwise LUMEN_ERROR_VERSION_CONFLICT. */
+  int64_t expected_version;
+} lumen_store_save_options;
+
+/** Fills *options with defaults (FLOAT32, no expiry, no version check). NULL is a no-op.
+ *  Since 0.3. */
+LUMEN_API void lumen_store_save_options_init(lumen_store_save_options* options);
+
+/**
+ * Saves the session's snapshot under `key`, atomically (see above), and writes the version
+ * it now has to *out_version (may be NULL). options may be NULL (defaults). The session is
+ * only read. Returns LUMEN_ERROR_VERSION_CONFLICT, naming the stored version, when
+ * options->expected_version is not -1 and differs from it (nothing is written), and the
+ * errors listed above; after any error the key holds what it held before. Since 0.3.
+ */
+LUMEN_API lumen_status lumen_store_save(lumen_store* store, const char* key,
+                                        const lumen_session* session,
+                                        const lumen_store_save_options* options,
+                                        int64_t* out_version);
+
+/**
+ * Replaces the session's state and token counts with the snapshot stored under `key`, as
+ * lumen_session_restore does (all or nothing), and writes its version to *out_version (may
+ * be NULL). Returns LUMEN_ERROR_NOT_FOUND for a key that holds nothing, the statuses of
+ * lumen_session_restore for the value itself (LUMEN_ERROR_MODEL_MISMATCH,
+ * LUMEN_ERROR_CORRUPT_SNAPSHOT, LUMEN_ERROR_SNAPSHOT_VERSION; a missing or resized part is
+ * LUMEN_ERROR_CORRUPT_SNAPSHOT too), and the errors listed above. Since 0.3.
+ */
+LUMEN_API lumen_status lumen_store_load(lumen_store* store, const char* key,
+                                        lumen_session* session, int64_t* out_version);
+
+/**
+ * Removes what the store holds under `key`. Returns LUMEN_ERROR_NOT_FOUND when it holds
+ * nothing, and the errors listed above. Since 0.3.
+ */
+LUMEN_API lumen_status lumen_store_remove(lumen_store* store, const char* key);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Experimental                                                                               */

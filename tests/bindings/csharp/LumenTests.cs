@@ -221,6 +221,29 @@ public static class LumenTests {
     }
   }
 
+  static void StoresSaveAndLoadByKeyWithVersions() {
+    float[][] x = Inputs(2);
+    string dir = Path.Combine(scratch, "csharp_store");
+    using (Engine engine = NewEngine(out Model model))
+    using (model)
+    using (Store store = Store.Open("file://" + dir))
+    using (Session a = engine.NewSession())
+    using (Session b = engine.NewSession()) {
+      a.Prefill(0, x[0], x[1], x[2], x[3], x[4]);
+      Check(store.Save("chat", a) == 1, "first version");
+      Check(store.Save("chat", a, expectedVersion: 1) == 2, "compare-and-set over version 1");
+      Check(store.Load("chat", b) == 2, "loaded version");
+      Check(b.ReadState(0).SequenceEqual(a.ReadState(0)), "loaded state");
+      var conflict = Throws<LumenException>(() => store.Save("chat", b, expectedVersion: 1),
+                                            "a stale version");
+      Check(conflict.Status == LumenStatus.VERSION_CONFLICT, conflict.Message);
+      var missing = Throws<LumenException>(() => store.Load("none", b), "a missing key");
+      Check(missing.Status == LumenStatus.NOT_FOUND, missing.Message);
+      store.Remove("chat");
+    }
+    Directory.Delete(dir, true);
+  }
+
   static void BadCallsThrowWithTheLibraryMessage() {
     using (Engine engine = NewEngine(out Model model))
     using (model) {
@@ -493,6 +516,7 @@ public static class LumenTests {
     var tests = new Action[] {
       EveryHeaderFunctionIsReachable, StepAndPrefillMatchTheReference, PointersAndBf16Inputs,
       BatchedStepAndVarlenPrefillMatchSingleSessions, SnapshotRoundTripsThroughBytesAndAFile,
+      StoresSaveAndLoadByKeyWithVersions,
       BadCallsThrowWithTheLibraryMessage, ReservingScratchChecksItsArguments,
       NativeMemoryIsReleased, DroppedSessionsStayWithinAMemoryBound,
       DroppedSessionsCauseFullCollections, DisposeWaitsForACallInProgress,

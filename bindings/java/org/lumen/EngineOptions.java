@@ -11,6 +11,8 @@ public final class EngineOptions {
   private Backend backend;
   private int numThreads;
   private int device;
+  private long memoryBudgetBytes;
+  private String spillDirectory;
 
   /** The defaults (lumen_engine_options_init). */
   public EngineOptions() {
@@ -18,6 +20,8 @@ public final class EngineOptions {
       backend = Backend.of(defaults.getBackend());
       numThreads = defaults.getNumThreads();
       device = defaults.getDevice();
+      memoryBudgetBytes = defaults.getMemoryBudgetBytes();
+      spillDirectory = defaults.getSpillDirectory();
     }
   }
 
@@ -27,6 +31,8 @@ public final class EngineOptions {
     options.setBackend(backend.value());
     options.setNumThreads(numThreads);
     options.setDevice(device);
+    options.setMemoryBudgetBytes(memoryBudgetBytes);
+    options.setSpillDirectory(spillDirectory);
     return options;
   }
 
@@ -54,9 +60,24 @@ public final class EngineOptions {
     return this;
   }
 
+  /** Bytes of session state kept resident; 0 (the default) is no limit. Since 0.3. */
+  public long memoryBudgetBytes() { return memoryBudgetBytes; }
+  public EngineOptions memoryBudgetBytes(long memoryBudgetBytes) {
+    this.memoryBudgetBytes = memoryBudgetBytes;
+    return this;
+  }
+
+  /** Where evicted sessions go; null (the default) is a private directory. Since 0.3. */
+  public String spillDirectory() { return spillDirectory; }
+  public EngineOptions spillDirectory(String spillDirectory) {
+    this.spillDirectory = spillDirectory;
+    return this;
+  }
+
   @Override
   public String toString() {
     return "EngineOptions[backend=" + backend + ", numThreads=" + numThreads + ", device="
-        + device + "]";
+        + device + ", memoryBudgetBytes=" + memoryBudgetBytes + ", spillDirectory="
+        + spillDirectory + "]";
   }
 }

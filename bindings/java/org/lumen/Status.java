@@ -31,6 +31,14 @@ public enum Status {
   SNAPSHOT_VERSION(LumenStatus.SNAPSHOT_VERSION),
   /** A file could not be opened, read, written, flushed or renamed. */
   IO(LumenStatus.IO),
+  /** A store holds no value under the key. Since 0.3. */
+  NOT_FOUND(LumenStatus.NOT_FOUND),
+  /** A save's expected version is not the stored one: another writer saved first. Since 0.3. */
+  VERSION_CONFLICT(LumenStatus.VERSION_CONFLICT),
+  /** A store's server cannot be reached, or closed the connection. Since 0.3. */
+  UNAVAILABLE(LumenStatus.UNAVAILABLE),
+  /** A store's server did not answer in time. Since 0.3. */
+  TIMEOUT(LumenStatus.TIMEOUT),
   /**
    * A status that this binding does not know, from a newer library;
    * {@link LumenException#statusCode()} has its value.

@@ -40,6 +40,14 @@ pub const LUMEN_ERROR_CORRUPT_SNAPSHOT: lumen_status = 9;
 pub const LUMEN_ERROR_SNAPSHOT_VERSION: lumen_status = 10;
 #[doc = " A file could not be opened, read, written, flushed or renamed."]
 pub const LUMEN_ERROR_IO: lumen_status = 11;
+#[doc = " A store holds no value under the key (never saved, removed, or expired)."]
+pub const LUMEN_ERROR_NOT_FOUND: lumen_status = 12;
+#[doc = " A save's expected version is not the stored one: another writer saved first."]
+pub const LUMEN_ERROR_VERSION_CONFLICT: lumen_status = 13;
+#[doc = " A store's server cannot be reached, or closed the connection during the call."]
+pub const LUMEN_ERROR_UNAVAILABLE: lumen_status = 14;
+#[doc = " A store's server did not answer within the store's timeout."]
+pub const LUMEN_ERROR_TIMEOUT: lumen_status = 15;
 #[doc = " Result of every fallible call. Values are fixed forever; new codes are appended."]
 pub type lumen_status = ::std::os::raw::c_uint;
 extern "C" {
@@ -591,17 +599,19 @@ pub struct lumen_engine_options {
     pub backend: i32,
     pub num_threads: i32,
     pub device: i32,
+    pub memory_budget_bytes: i64,
+    pub spill_directory: *const ::std::os::raw::c_char,
 }
 #[test]
 fn bindgen_test_layout_lumen_engine_options() {
     assert_eq!(
         ::std::mem::size_of::<lumen_engine_options>(),
-        16usize,
+        32usize,
         concat!("Size of: ", stringify!(lumen_engine_options))
     );
     assert_eq!(
         ::std::mem::align_of::<lumen_engine_options>(),
-        4usize,
+        8usize,
         concat!("Alignment of ", stringify!(lumen_engine_options))
     );
     fn test_field_struct_size() {
@@ -672,6 +682,40 @@ fn bindgen_test_layout_lumen_engine_options() {
         );
     }
     test_field_device();
+    fn test_field_memory_budget_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_engine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).memory_budget_bytes) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_engine_options),
+                "::",
+                stringify!(memory_budget_bytes)
+            )
+        );
+    }
+    test_field_memory_budget_bytes();
+    fn test_field_spill_directory() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_engine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).spill_directory) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_engine_options),
+                "::",
+                stringify!(spill_directory)
+            )
+        );
+    }
+    test_field_spill_directory();
 }
 extern "C" {
     #[doc = " Fills *options with defaults."]
@@ -807,6 +851,273 @@ extern "C" {
         reservation: *const lumen_reservation,
     ) -> lumen_status;
 }
+#[doc = " Where an engine's session state is and how much has moved. Sizes count state bytes as the"]
+#[doc = " budget does. Set struct_size (lumen_memory_stats_init does) before lumen_engine_stats."]
+#[doc = " Since 0.3."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lumen_memory_stats {
+    pub struct_size: u32,
+    pub memory_budget_bytes: i64,
+    pub resident_sessions: i64,
+    pub resident_bytes: i64,
+    pub host_sessions: i64,
+    pub host_bytes: i64,
+    pub spilled_sessions: i64,
+    pub spilled_bytes: i64,
+    pub evictions: i64,
+    pub reloads: i64,
+    pub prefetches: i64,
+    pub bytes_evicted: i64,
+    pub bytes_reloaded: i64,
+}
+#[test]
+fn bindgen_test_layout_lumen_memory_stats() {
+    assert_eq!(
+        ::std::mem::size_of::<lumen_memory_stats>(),
+        104usize,
+        concat!("Size of: ", stringify!(lumen_memory_stats))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<lumen_memory_stats>(),
+        8usize,
+        concat!("Alignment of ", stringify!(lumen_memory_stats))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_memory_budget_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).memory_budget_bytes) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(memory_budget_bytes)
+            )
+        );
+    }
+    test_field_memory_budget_bytes();
+    fn test_field_resident_sessions() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).resident_sessions) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(resident_sessions)
+            )
+        );
+    }
+    test_field_resident_sessions();
+    fn test_field_resident_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).resident_bytes) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(resident_bytes)
+            )
+        );
+    }
+    test_field_resident_bytes();
+    fn test_field_host_sessions() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).host_sessions) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(host_sessions)
+            )
+        );
+    }
+    test_field_host_sessions();
+    fn test_field_host_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).host_bytes) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(host_bytes)
+            )
+        );
+    }
+    test_field_host_bytes();
+    fn test_field_spilled_sessions() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).spilled_sessions) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(spilled_sessions)
+            )
+        );
+    }
+    test_field_spilled_sessions();
+    fn test_field_spilled_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).spilled_bytes) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(spilled_bytes)
+            )
+        );
+    }
+    test_field_spilled_bytes();
+    fn test_field_evictions() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).evictions) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(evictions)
+            )
+        );
+    }
+    test_field_evictions();
+    fn test_field_reloads() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reloads) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(reloads)
+            )
+        );
+    }
+    test_field_reloads();
+    fn test_field_prefetches() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prefetches) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(prefetches)
+            )
+        );
+    }
+    test_field_prefetches();
+    fn test_field_bytes_evicted() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_evicted) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(bytes_evicted)
+            )
+        );
+    }
+    test_field_bytes_evicted();
+    fn test_field_bytes_reloaded() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_memory_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_reloaded) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_memory_stats),
+                "::",
+                stringify!(bytes_reloaded)
+            )
+        );
+    }
+    test_field_bytes_reloaded();
+}
+extern "C" {
+    #[doc = " Fills *stats with zeros and struct_size. NULL is a no-op. Since 0.3."]
+    pub fn lumen_memory_stats_init(stats: *mut lumen_memory_stats);
+}
+extern "C" {
+    #[doc = " Writes the engine's session tiers and traffic to *out (see lumen_memory_stats). The"]
+    #[doc = " caller's struct_size says how many bytes to write (at least the 0.3 struct, at most 4096);"]
+    #[doc = " struct_size is left as the bytes written. Thread-safe. Since 0.3."]
+    pub fn lumen_engine_stats(
+        engine: *const lumen_engine,
+        out: *mut lumen_memory_stats,
+    ) -> lumen_status;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct lumen_session {
@@ -834,6 +1145,20 @@ extern "C" {
 extern "C" {
     #[doc = " Sets every state to zero and every token count to 0."]
     pub fn lumen_session_reset(session: *mut lumen_session) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Starts bringing an evicted session back into the engine's memory in the background (see"]
+    #[doc = " \"Session memory budget\"), so that the next call on it does not wait for the spill file;"]
+    #[doc = " returns at once. A session that is resident, or an engine without a budget, makes it a"]
+    #[doc = " no-op. If there is no room without evicting a session in use, or the reload fails, the"]
+    #[doc = " session stays evicted and the next call on it reloads it (and reports any error). The"]
+    #[doc = " session may be used, or destroyed, meanwhile. Since 0.3."]
+    pub fn lumen_session_prefetch(session: *mut lumen_session) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Writes 1 to *out if the session's state is in the engine's memory, 0 if it is evicted"]
+    #[doc = " (see \"Session memory budget\"). Since 0.3."]
+    pub fn lumen_session_resident(session: *const lumen_session, out: *mut i32) -> lumen_status;
 }
 extern "C" {
     #[doc = " Writes a new reference to the session's model to *out (free it with lumen_model_destroy),"]
@@ -1468,6 +1793,269 @@ extern "C" {
     pub fn lumen_session_load(
         session: *mut lumen_session,
         path: *const ::std::os::raw::c_char,
+    ) -> lumen_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lumen_store {
+    _unused: [u8; 0],
+}
+#[doc = " How a store is opened. Fill with lumen_store_options_init. Since 0.3."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lumen_store_options {
+    pub struct_size: u32,
+    #[doc = " redis://: the limit, in milliseconds, on connecting and on each command's answer;"]
+    #[doc = "  0 means 5000. Ignored by file://."]
+    pub timeout_ms: i32,
+    #[doc = " redis://: a snapshot larger than this many bytes is stored as parts of at most this"]
+    #[doc = "  size; 0 means 4 MiB (4194304). At least 4096 and at most 512 MiB (Redis's largest"]
+    #[doc = "  string). Ignored by file:// (one file per key)."]
+    pub part_bytes: i64,
+}
+#[test]
+fn bindgen_test_layout_lumen_store_options() {
+    assert_eq!(
+        ::std::mem::size_of::<lumen_store_options>(),
+        16usize,
+        concat!("Size of: ", stringify!(lumen_store_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<lumen_store_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(lumen_store_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_store_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_store_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_timeout_ms() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_store_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).timeout_ms) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_store_options),
+                "::",
+                stringify!(timeout_ms)
+            )
+        );
+    }
+    test_field_timeout_ms();
+    fn test_field_part_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_store_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).part_bytes) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_store_options),
+                "::",
+                stringify!(part_bytes)
+            )
+        );
+    }
+    test_field_part_bytes();
+}
+extern "C" {
+    #[doc = " Fills *options with defaults (timeout 5000 ms, parts of 4 MiB). NULL is a no-op. Since 0.3."]
+    pub fn lumen_store_options_init(options: *mut lumen_store_options);
+}
+extern "C" {
+    #[doc = " Opens the store `uri` (UTF-8) and writes it to *out; free it with lumen_store_destroy."]
+    #[doc = " options may be NULL (defaults). Since 0.3."]
+    #[doc = ""]
+    #[doc = "   file:///path/to/dir   a directory, created (mode 0700) if its parent exists and it does"]
+    #[doc = "                         not; each key is one file in it, saved atomically and durably as"]
+    #[doc = "                         lumen_session_save does (a temporary file, flushed, renamed), its"]
+    #[doc = "                         name the key with bytes other than [A-Za-z0-9_-] written %XX (cut"]
+    #[doc = "                         at 180 bytes and ended with a hash of the whole key when longer)"]
+    #[doc = "                         and the suffix \".lumen-store\"; saves to one key wait for each other"]
+    #[doc = "                         (flock on a lock file beside it). An expired file stays on disk"]
+    #[doc = "                         until the key is saved again or removed."]
+    #[doc = "   redis://host[:port][/db]   a Redis server (port 6379 and database 0 by default; a"]
+    #[doc = "                         password as the URI's user information, redis://:secret\\@host),"]
+    #[doc = "                         through hiredis. The connection is made here. Keys live under"]
+    #[doc = "                         \"lumen:{key}:\" (one hash slot per key): a head that names the"]
+    #[doc = "                         value's generation, version and size, and the parts of each"]
+    #[doc = "                         generation, written first with a five-minute expiry; one Lua"]
+    #[doc = "                         script then checks the version, points the head at the new"]
+    #[doc = "                         generation, gives its parts the value's expiry (or none) and"]
+    #[doc = "                         deletes the old generation's parts. A save that dies before the"]
+    #[doc = "                         script leaves parts that expire by themselves. A read takes the"]
+    #[doc = "                         head, then its parts; should a newer save replace them meanwhile,"]
+    #[doc = "                         it reads again, at last through a script the server runs whole."]
+    #[doc = ""]
+    #[doc = " Returns LUMEN_ERROR_INVALID_ARGUMENT for a URI that is not one of these (the message says"]
+    #[doc = " what is wrong) or bad options; LUMEN_ERROR_UNSUPPORTED for redis:// in a library built"]
+    #[doc = " without hiredis; LUMEN_ERROR_IO when the directory cannot be made or is not one;"]
+    #[doc = " LUMEN_ERROR_UNAVAILABLE or LUMEN_ERROR_TIMEOUT when the server cannot be reached, and"]
+    #[doc = " LUMEN_ERROR_IO when it refuses the password or the database."]
+    pub fn lumen_store_open(
+        uri: *const ::std::os::raw::c_char,
+        options: *const lumen_store_options,
+        out: *mut *mut lumen_store,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Closes the store (its connection). NULL is a no-op. Since 0.3."]
+    pub fn lumen_store_destroy(store: *mut lumen_store);
+}
+#[doc = " How a session is saved to a store. Fill with lumen_store_save_options_init. Since 0.3."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lumen_store_save_options {
+    pub struct_size: u32,
+    #[doc = " lumen_dtype of the stored state, as in lumen_snapshot_options: FLOAT32 (default) or"]
+    #[doc = "  BFLOAT16."]
+    pub state_dtype: i32,
+    #[doc = " 0 (default): the value never expires; > 0: it expires this many milliseconds after"]
+    #[doc = "  the save, and the key then holds nothing."]
+    pub expiry_ms: i64,
+    #[doc = " -1 (default): replace whatever the key holds; 0: save only if the key holds nothing;"]
+    #[doc = "  n > 0: save only if the stored version is n. Otherwise LUMEN_ERROR_VERSION_CONFLICT."]
+    pub expected_version: i64,
+}
+#[test]
+fn bindgen_test_layout_lumen_store_save_options() {
+    assert_eq!(
+        ::std::mem::size_of::<lumen_store_save_options>(),
+        24usize,
+        concat!("Size of: ", stringify!(lumen_store_save_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<lumen_store_save_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(lumen_store_save_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_store_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_store_save_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_state_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_store_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).state_dtype) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_store_save_options),
+                "::",
+                stringify!(state_dtype)
+            )
+        );
+    }
+    test_field_state_dtype();
+    fn test_field_expiry_ms() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_store_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).expiry_ms) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_store_save_options),
+                "::",
+                stringify!(expiry_ms)
+            )
+        );
+    }
+    test_field_expiry_ms();
+    fn test_field_expected_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_store_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).expected_version) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_store_save_options),
+                "::",
+                stringify!(expected_version)
+            )
+        );
+    }
+    test_field_expected_version();
+}
+extern "C" {
+    #[doc = " Fills *options with defaults (FLOAT32, no expiry, no version check). NULL is a no-op."]
+    #[doc = "  Since 0.3."]
+    pub fn lumen_store_save_options_init(options: *mut lumen_store_save_options);
+}
+extern "C" {
+    #[doc = " Saves the session's snapshot under `key`, atomically (see above), and writes the version"]
+    #[doc = " it now has to *out_version (may be NULL). options may be NULL (defaults). The session is"]
+    #[doc = " only read. Returns LUMEN_ERROR_VERSION_CONFLICT, naming the stored version, when"]
+    #[doc = " options->expected_version is not -1 and differs from it (nothing is written), and the"]
+    #[doc = " errors listed above; after any error the key holds what it held before. Since 0.3."]
+    pub fn lumen_store_save(
+        store: *mut lumen_store,
+        key: *const ::std::os::raw::c_char,
+        session: *const lumen_session,
+        options: *const lumen_store_save_options,
+        out_version: *mut i64,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Replaces the session's state and token counts with the snapshot stored under `key`, as"]
+    #[doc = " lumen_session_restore does (all or nothing), and writes its version to *out_version (may"]
+    #[doc = " be NULL). Returns LUMEN_ERROR_NOT_FOUND for a key that holds nothing, the statuses of"]
+    #[doc = " lumen_session_restore for the value itself (LUMEN_ERROR_MODEL_MISMATCH,"]
+    #[doc = " LUMEN_ERROR_CORRUPT_SNAPSHOT, LUMEN_ERROR_SNAPSHOT_VERSION; a missing or resized part is"]
+    #[doc = " LUMEN_ERROR_CORRUPT_SNAPSHOT too), and the errors listed above. Since 0.3."]
+    pub fn lumen_store_load(
+        store: *mut lumen_store,
+        key: *const ::std::os::raw::c_char,
+        session: *mut lumen_session,
+        out_version: *mut i64,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Removes what the store holds under `key`. Returns LUMEN_ERROR_NOT_FOUND when it holds"]
+    #[doc = " nothing, and the errors listed above. Since 0.3."]
+    pub fn lumen_store_remove(
+        store: *mut lumen_store,
+        key: *const ::std::os::raw::c_char,
     ) -> lumen_status;
 }
 extern "C" {

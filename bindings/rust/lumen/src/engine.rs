@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use crate::error::{check, Error, Result};
 use crate::model::Model;
-use crate::options::{Backend, EngineOptions, Reservation};
+use crate::options::{Backend, EngineOptions, MemoryStats, Reservation};
 use crate::session::Session;
 use crate::sys;
 use crate::tensor::{Element, Inputs};
@@ -106,6 +106,14 @@ impl Engine {
         // SAFETY: the engine is live; out is a valid out-pointer.
         check(unsafe { sys::lumen_engine_scratch_bytes(self.as_ptr(), &mut out) })?;
         Ok(out)
+    }
+
+    /// Where the engine's session state is and how much has moved (`lumen_engine_stats`).
+    pub fn stats(&self) -> Result<MemoryStats> {
+        let mut stats = MemoryStats::default();
+        // SAFETY: the engine is live; stats is a struct whose struct_size init set.
+        check(unsafe { sys::lumen_engine_stats(self.as_ptr(), stats.raw_mut()) })?;
+        Ok(stats)
     }
 
     /// A new session of this engine with every state zero.

@@ -64,6 +64,14 @@ statuses! {
     SnapshotVersion = LUMEN_ERROR_SNAPSHOT_VERSION,
     /// A file could not be opened, read, written, flushed or renamed.
     Io = LUMEN_ERROR_IO,
+    /// A store holds no value under the key (since 0.3).
+    NotFound = LUMEN_ERROR_NOT_FOUND,
+    /// A save's expected version is not the stored one: another writer saved first (since 0.3).
+    VersionConflict = LUMEN_ERROR_VERSION_CONFLICT,
+    /// A store's server cannot be reached, or closed the connection (since 0.3).
+    Unavailable = LUMEN_ERROR_UNAVAILABLE,
+    /// A store's server did not answer in time (since 0.3).
+    Timeout = LUMEN_ERROR_TIMEOUT,
 }
 
 impl Status {

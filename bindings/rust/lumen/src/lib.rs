@@ -33,6 +33,7 @@ mod error;
 mod model;
 mod options;
 mod session;
+mod store;
 mod tensor;
 
 pub use engine::Engine;
@@ -40,9 +41,10 @@ pub use error::{Error, Result, Status};
 pub use model::{Model, ModelBuilder};
 pub use options::{
     Backend, ConvActivation, DType, EngineOptions, Family, FeatureMap, LayerOptions, Memory,
-    Param, Reservation, SnapshotOptions, StatePart,
+    MemoryStats, Param, Reservation, SnapshotOptions, StatePart, StoreOptions, StoreSaveOptions,
 };
 pub use session::Session;
+pub use store::Store;
 pub use tensor::{Bf16, Element, F16, Inputs};
 
 /// The loaded library's version, e.g. "0.2.0".

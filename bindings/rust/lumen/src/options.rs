@@ -94,6 +94,8 @@ macro_rules! options_struct {
                 &mut self.0
             }
 
+            // Not every struct is passed in (MemoryStats only comes out).
+            #[allow(dead_code)]
             pub(crate) fn as_ptr(&self) -> *const sys::$raw {
                 &self.0
             }
@@ -130,6 +132,19 @@ options_struct!(
 options_struct!(
     /// Engine settings (`lumen_engine_options`).
     EngineOptions, lumen_engine_options, lumen_engine_options_init
+);
+options_struct!(
+    /// How a session store is opened (`lumen_store_options`).
+    StoreOptions, lumen_store_options, lumen_store_options_init
+);
+options_struct!(
+    /// How a session is saved to a store (`lumen_store_save_options`).
+    StoreSaveOptions, lumen_store_save_options, lumen_store_save_options_init
+);
+options_struct!(
+    /// Where an engine's session state is and how much has moved (`lumen_memory_stats`,
+    /// from `Engine::stats`); read its fields with `raw_mut` or `raw`.
+    MemoryStats, lumen_memory_stats, lumen_memory_stats_init
 );
 options_struct!(
     /// How a snapshot is written (`lumen_snapshot_options`).
@@ -222,6 +237,37 @@ impl EngineOptions {
         threads: num_threads as i32 => |x| x;
         /// GPU ordinal.
         device: device as i32 => |x| x;
+        /// Bytes of session state kept resident; 0 (the default) is no limit. Evicted
+        /// sessions go to a private spill directory unless `raw_mut().spill_directory`
+        /// names one (a C string that must outlive `Engine::new`).
+        memory_budget_bytes: memory_budget_bytes as i64 => |x| x;
+    }
+}
+
+impl StoreOptions {
+    setters! {
+        /// redis://: the limit on connecting and on each answer, in ms; 0 = 5000.
+        timeout_ms: timeout_ms as i32 => |x| x;
+        /// redis://: the largest part a value is split into; 0 = 4 MiB.
+        part_bytes: part_bytes as i64 => |x| x;
+    }
+}
+
+impl StoreSaveOptions {
+    setters! {
+        /// FLOAT32 (exact) or BFLOAT16 (half the size).
+        state_dtype: state_dtype as DType => |d| d.0;
+        /// 0: never expires; > 0: expires this many ms after the save.
+        expiry_ms: expiry_ms as i64 => |x| x;
+        /// -1: any; 0: only where nothing is stored; n: only over version n.
+        expected_version: expected_version as i64 => |x| x;
+    }
+}
+
+impl MemoryStats {
+    /// The counts as the C struct holds them.
+    pub fn raw(&self) -> &sys::lumen_memory_stats {
+        &self.0
     }
 }
 

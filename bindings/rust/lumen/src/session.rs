@@ -40,6 +40,25 @@ impl Session {
         self.raw.as_ptr()
     }
 
+    pub(crate) fn as_raw(&self) -> *const sys::lumen_session {
+        self.as_ptr()
+    }
+
+    /// Starts bringing an evicted session back in the background (`lumen_session_prefetch`;
+    /// a no-op for a resident session or an engine without a memory budget).
+    pub fn prefetch(&mut self) -> Result<()> {
+        // SAFETY: the session is live.
+        check(unsafe { sys::lumen_session_prefetch(self.as_mut_ptr()) })
+    }
+
+    /// Whether the session's state is in the engine's memory (`lumen_session_resident`).
+    pub fn resident(&self) -> Result<bool> {
+        let mut out = 0;
+        // SAFETY: the session is live; out is a valid out-pointer.
+        check(unsafe { sys::lumen_session_resident(self.as_ptr(), &mut out) })?;
+        Ok(out == 1)
+    }
+
     /// The engine the session runs on.
     pub fn engine(&self) -> &Engine {
         &self.engine

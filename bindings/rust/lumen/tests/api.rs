@@ -1,8 +1,8 @@
 //! The Rust binding against lumen.h's contract: a float64 reference, batches, snapshots,
 //! errors, bf16 inputs and that native memory is released.
 use lumen::{
-    Bf16, DType, Engine, EngineOptions, Family, Inputs, LayerOptions, Model, ModelBuilder,
-    Reservation, Session, SnapshotOptions, StatePart, Status,
+    Backend, Bf16, DType, Engine, EngineOptions, Family, Inputs, LayerOptions, Model, ModelBuilder,
+    Reservation, Session, SnapshotOptions, StatePart, Status, Store, StoreSaveOptions,
 };
 
 const H: usize = 2;
@@ -277,4 +277,48 @@ fn handles_are_send_and_sync_as_the_header_allows() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(outputs.windows(2).all(|w| w[0] == w[1]));
+}
+
+#[test]
+fn stores_save_and_load_with_versions_and_the_budget_evicts() {
+    let dir = std::env::temp_dir().join(format!("lumen-rust-store-{}", std::process::id()));
+    let model = {
+        let mut builder = ModelBuilder::new().unwrap();
+        builder
+            .add_layer(&LayerOptions::new(Family::GATED_DELTA_NET).heads(H as i32)
+                .value_heads(HV as i32).key_dim(K as i32).value_dim(V as i32))
+            .unwrap();
+        builder.build().unwrap()
+    };
+    let engine = Engine::new(&model, Some(&EngineOptions::default().threads(1))).unwrap();
+    let mut random = Random(29);
+    let [q, k, v, g, beta] = inputs(&mut random, 3);
+    let mut a = engine.session().unwrap();
+    let mut o = vec![0f32; 3 * HV * V];
+    a.prefill(0, &Inputs::new(&q, &k, &v).g(&g).beta(&beta), &mut o).unwrap();
+
+    let store = Store::open(&format!("file://{}", dir.display()), None).unwrap();
+    assert_eq!(store.save("chat", &a, None).unwrap(), 1);
+    let mut b = engine.session().unwrap();
+    assert_eq!(store.load("chat", &mut b).unwrap(), 1);
+    assert_eq!(a.read_state(0, StatePart::MATRIX).unwrap(), b.read_state(0, StatePart::MATRIX).unwrap());
+    let stale = StoreSaveOptions::default().expected_version(0);
+    assert_eq!(store.save("chat", &b, Some(&stale)).unwrap_err().status(), Status::VersionConflict);
+    assert_eq!(store.load("nobody", &mut b).unwrap_err().status(), Status::NotFound);
+    store.remove("chat").unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // A budget of one session: the second evicts the first, which comes back on use.
+    let budget = model.state_bytes(-1).unwrap();
+    let options =
+        EngineOptions::default().backend(Backend::CPU).threads(1).memory_budget_bytes(budget);
+    let small = Engine::new(&model, Some(&options)).unwrap();
+    let first = small.session().unwrap();
+    let second = small.session().unwrap();
+    assert!(!first.resident().unwrap() && second.resident().unwrap());
+    assert_eq!(first.read_state(0, StatePart::MATRIX).unwrap().iter().filter(|x| **x != 0.0).count(), 0);
+    let stats = small.stats().unwrap();
+    assert_eq!(stats.raw().memory_budget_bytes, budget);
+    assert_eq!(stats.raw().evictions, 2);
+    assert_eq!(stats.raw().reloads, 1);
 }

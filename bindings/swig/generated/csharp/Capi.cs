@@ -125,6 +125,14 @@ public class Capi {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_reserve(engine, Reservation.getCPtr(reservation)));
   }
 
+  public static void lumen_memory_stats_init(MemoryStats stats) {
+    CapiPINVOKE.lumen_memory_stats_init(MemoryStats.getCPtr(stats));
+  }
+
+  public static void lumen_engine_stats(global::System.IntPtr engine, MemoryStats out_) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_stats(engine, MemoryStats.getCPtr(out_)));
+  }
+
   public static void lumen_session_create(global::System.IntPtr engine, out global::System.IntPtr out_) {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_create(engine, out out_));
   }
@@ -139,6 +147,14 @@ public class Capi {
 
   public static void lumen_session_reset(global::System.IntPtr session) {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_reset(session));
+  }
+
+  public static void lumen_session_prefetch(global::System.IntPtr session) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_prefetch(session));
+  }
+
+  public static void lumen_session_resident(global::System.IntPtr session, out int out_) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_resident(session, out out_));
   }
 
   public static void lumen_session_model(global::System.IntPtr session, out global::System.IntPtr out_) {
@@ -203,6 +219,34 @@ public class Capi {
 
   public static void lumen_session_load(global::System.IntPtr session, string path) {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_load(session, path));
+  }
+
+  public static void lumen_store_options_init(StoreOptions options) {
+    CapiPINVOKE.lumen_store_options_init(StoreOptions.getCPtr(options));
+  }
+
+  public static void lumen_store_open(string uri, StoreOptions options, out global::System.IntPtr out_) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_store_open(uri, StoreOptions.getCPtr(options), out out_));
+  }
+
+  public static void lumen_store_destroy(global::System.IntPtr store) {
+    CapiPINVOKE.lumen_store_destroy(store);
+  }
+
+  public static void lumen_store_save_options_init(StoreSaveOptions options) {
+    CapiPINVOKE.lumen_store_save_options_init(StoreSaveOptions.getCPtr(options));
+  }
+
+  public static void lumen_store_save(global::System.IntPtr store, string key, global::System.IntPtr session, StoreSaveOptions options, out long out_version) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_store_save(store, key, session, StoreSaveOptions.getCPtr(options), out out_version));
+  }
+
+  public static void lumen_store_load(global::System.IntPtr store, string key, global::System.IntPtr session, out long out_version) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_store_load(store, key, session, out out_version));
+  }
+
+  public static void lumen_store_remove(global::System.IntPtr store, string key) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_store_remove(store, key));
   }
 
   public static void lumen_engine_scratch_bytes(global::System.IntPtr engine, out long out_) {

@@ -367,6 +367,18 @@ class CapiPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_EngineOptions_Device_get___")]
   public static extern int EngineOptions_Device_get(global::System.Runtime.InteropServices.HandleRef jarg1);
 
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_EngineOptions_MemoryBudgetBytes_set___")]
+  public static extern void EngineOptions_MemoryBudgetBytes_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_EngineOptions_MemoryBudgetBytes_get___")]
+  public static extern long EngineOptions_MemoryBudgetBytes_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_EngineOptions_SpillDirectory_set___")]
+  public static extern void EngineOptions_SpillDirectory_set(global::System.Runtime.InteropServices.HandleRef jarg1, string jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_EngineOptions_SpillDirectory_get___")]
+  public static extern string EngineOptions_SpillDirectory_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_new_EngineOptions___")]
   public static extern global::System.IntPtr new_EngineOptions();
 
@@ -412,6 +424,90 @@ class CapiPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_reserve___")]
   public static extern int lumen_engine_reserve(global::System.IntPtr jarg1, global::System.Runtime.InteropServices.HandleRef jarg2);
 
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_MemoryBudgetBytes_set___")]
+  public static extern void MemoryStats_MemoryBudgetBytes_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_MemoryBudgetBytes_get___")]
+  public static extern long MemoryStats_MemoryBudgetBytes_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_ResidentSessions_set___")]
+  public static extern void MemoryStats_ResidentSessions_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_ResidentSessions_get___")]
+  public static extern long MemoryStats_ResidentSessions_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_ResidentBytes_set___")]
+  public static extern void MemoryStats_ResidentBytes_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_ResidentBytes_get___")]
+  public static extern long MemoryStats_ResidentBytes_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_HostSessions_set___")]
+  public static extern void MemoryStats_HostSessions_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_HostSessions_get___")]
+  public static extern long MemoryStats_HostSessions_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_HostBytes_set___")]
+  public static extern void MemoryStats_HostBytes_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_HostBytes_get___")]
+  public static extern long MemoryStats_HostBytes_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_SpilledSessions_set___")]
+  public static extern void MemoryStats_SpilledSessions_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_SpilledSessions_get___")]
+  public static extern long MemoryStats_SpilledSessions_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_SpilledBytes_set___")]
+  public static extern void MemoryStats_SpilledBytes_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_SpilledBytes_get___")]
+  public static extern long MemoryStats_SpilledBytes_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_Evictions_set___")]
+  public static extern void MemoryStats_Evictions_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_Evictions_get___")]
+  public static extern long MemoryStats_Evictions_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_Reloads_set___")]
+  public static extern void MemoryStats_Reloads_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_Reloads_get___")]
+  public static extern long MemoryStats_Reloads_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_Prefetches_set___")]
+  public static extern void MemoryStats_Prefetches_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_Prefetches_get___")]
+  public static extern long MemoryStats_Prefetches_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_BytesEvicted_set___")]
+  public static extern void MemoryStats_BytesEvicted_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_BytesEvicted_get___")]
+  public static extern long MemoryStats_BytesEvicted_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_BytesReloaded_set___")]
+  public static extern void MemoryStats_BytesReloaded_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_MemoryStats_BytesReloaded_get___")]
+  public static extern long MemoryStats_BytesReloaded_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_new_MemoryStats___")]
+  public static extern global::System.IntPtr new_MemoryStats();
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_delete_MemoryStats___")]
+  public static extern void delete_MemoryStats(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_memory_stats_init___")]
+  public static extern void lumen_memory_stats_init(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_stats___")]
+  public static extern int lumen_engine_stats(global::System.IntPtr jarg1, global::System.Runtime.InteropServices.HandleRef jarg2);
+
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_create___")]
   public static extern int lumen_session_create(global::System.IntPtr jarg1, out global::System.IntPtr jarg2);
 
@@ -423,6 +519,12 @@ class CapiPINVOKE {
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_reset___")]
   public static extern int lumen_session_reset(global::System.IntPtr jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_prefetch___")]
+  public static extern int lumen_session_prefetch(global::System.IntPtr jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_resident___")]
+  public static extern int lumen_session_resident(global::System.IntPtr jarg1, out int jarg2);
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_model___")]
   public static extern int lumen_session_model(global::System.IntPtr jarg1, out global::System.IntPtr jarg2);
@@ -597,6 +699,69 @@ class CapiPINVOKE {
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_load___")]
   public static extern int lumen_session_load(global::System.IntPtr jarg1, string jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_StoreOptions_TimeoutMs_set___")]
+  public static extern void StoreOptions_TimeoutMs_set(global::System.Runtime.InteropServices.HandleRef jarg1, int jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_StoreOptions_TimeoutMs_get___")]
+  public static extern int StoreOptions_TimeoutMs_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_StoreOptions_PartBytes_set___")]
+  public static extern void StoreOptions_PartBytes_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_StoreOptions_PartBytes_get___")]
+  public static extern long StoreOptions_PartBytes_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_new_StoreOptions___")]
+  public static extern global::System.IntPtr new_StoreOptions();
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_delete_StoreOptions___")]
+  public static extern void delete_StoreOptions(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_store_options_init___")]
+  public static extern void lumen_store_options_init(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_store_open___")]
+  public static extern int lumen_store_open(string jarg1, global::System.Runtime.InteropServices.HandleRef jarg2, out global::System.IntPtr jarg3);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_store_destroy___")]
+  public static extern void lumen_store_destroy(global::System.IntPtr jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_StoreSaveOptions_StateDtype_set___")]
+  public static extern void StoreSaveOptions_StateDtype_set(global::System.Runtime.InteropServices.HandleRef jarg1, int jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_StoreSaveOptions_StateDtype_get___")]
+  public static extern int StoreSaveOptions_StateDtype_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_StoreSaveOptions_ExpiryMs_set___")]
+  public static extern void StoreSaveOptions_ExpiryMs_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_StoreSaveOptions_ExpiryMs_get___")]
+  public static extern long StoreSaveOptions_ExpiryMs_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_StoreSaveOptions_ExpectedVersion_set___")]
+  public static extern void StoreSaveOptions_ExpectedVersion_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_StoreSaveOptions_ExpectedVersion_get___")]
+  public static extern long StoreSaveOptions_ExpectedVersion_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_new_StoreSaveOptions___")]
+  public static extern global::System.IntPtr new_StoreSaveOptions();
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_delete_StoreSaveOptions___")]
+  public static extern void delete_StoreSaveOptions(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_store_save_options_init___")]
+  public static extern void lumen_store_save_options_init(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_store_save___")]
+  public static extern int lumen_store_save(global::System.IntPtr jarg1, string jarg2, global::System.IntPtr jarg3, global::System.Runtime.InteropServices.HandleRef jarg4, out long jarg5);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_store_load___")]
+  public static extern int lumen_store_load(global::System.IntPtr jarg1, string jarg2, global::System.IntPtr jarg3, out long jarg4);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_store_remove___")]
+  public static extern int lumen_store_remove(global::System.IntPtr jarg1, string jarg2);
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_scratch_bytes___")]
   public static extern int lumen_engine_scratch_bytes(global::System.IntPtr jarg1, out long jarg2);

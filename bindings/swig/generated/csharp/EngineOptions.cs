@@ -88,6 +88,26 @@ public partial class EngineOptions : global::System.IDisposable {
     } 
   }
 
+  public long MemoryBudgetBytes {
+    set {
+      CapiPINVOKE.EngineOptions_MemoryBudgetBytes_set(swigCPtr, value);
+    } 
+    get {
+      long ret = CapiPINVOKE.EngineOptions_MemoryBudgetBytes_get(swigCPtr);
+      return ret;
+    } 
+  }
+
+  public string SpillDirectory {
+    set {
+      CapiPINVOKE.EngineOptions_SpillDirectory_set(swigCPtr, value);
+    } 
+    get {
+      string ret = CapiPINVOKE.EngineOptions_SpillDirectory_get(swigCPtr);
+      return ret;
+    } 
+  }
+
   public EngineOptions() : this(CapiPINVOKE.new_EngineOptions(), true) {
   }
 

@@ -22,7 +22,11 @@ public enum LumenStatus {
   BUFFER_TOO_SMALL = 8,
   CORRUPT_SNAPSHOT = 9,
   SNAPSHOT_VERSION = 10,
-  IO = 11
+  IO = 11,
+  NOT_FOUND = 12,
+  VERSION_CONFLICT = 13,
+  UNAVAILABLE = 14,
+  TIMEOUT = 15
 }
 
 }

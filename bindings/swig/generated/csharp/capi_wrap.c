@@ -285,6 +285,9 @@ SWIGINTERN struct lumen_layer_options *new_lumen_layer_options(void){
     return options;
   }
 SWIGINTERN void delete_lumen_layer_options(struct lumen_layer_options *self){ free(self); }
+
+#include <string.h>
+
 SWIGINTERN struct lumen_engine_options *new_lumen_engine_options(void){
     lumen_engine_options* options = (lumen_engine_options*)calloc(1, sizeof(lumen_engine_options));
     if (options) lumen_engine_options_init(options);
@@ -297,6 +300,12 @@ SWIGINTERN struct lumen_reservation *new_lumen_reservation(void){
     return options;
   }
 SWIGINTERN void delete_lumen_reservation(struct lumen_reservation *self){ free(self); }
+SWIGINTERN struct lumen_memory_stats *new_lumen_memory_stats(void){
+    lumen_memory_stats* options = (lumen_memory_stats*)calloc(1, sizeof(lumen_memory_stats));
+    if (options) lumen_memory_stats_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_memory_stats(struct lumen_memory_stats *self){ free(self); }
 SWIGINTERN struct lumen_layer_inputs *new_lumen_layer_inputs(void){
     lumen_layer_inputs* options = (lumen_layer_inputs*)calloc(1, sizeof(lumen_layer_inputs));
     if (options) lumen_layer_inputs_init(options);
@@ -315,6 +324,18 @@ SWIGINTERN struct lumen_snapshot_options *new_lumen_snapshot_options(void){
     return options;
   }
 SWIGINTERN void delete_lumen_snapshot_options(struct lumen_snapshot_options *self){ free(self); }
+SWIGINTERN struct lumen_store_options *new_lumen_store_options(void){
+    lumen_store_options* options = (lumen_store_options*)calloc(1, sizeof(lumen_store_options));
+    if (options) lumen_store_options_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_store_options(struct lumen_store_options *self){ free(self); }
+SWIGINTERN struct lumen_store_save_options *new_lumen_store_save_options(void){
+    lumen_store_save_options* options = (lumen_store_save_options*)calloc(1, sizeof(lumen_store_save_options));
+    if (options) lumen_store_save_options_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_store_save_options(struct lumen_store_save_options *self){ free(self); }
 
 #ifdef __cplusplus
 extern "C" {
@@ -974,6 +995,57 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_EngineOptions_Device_get___(void * 
 }
 
 
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_EngineOptions_MemoryBudgetBytes_set___(void * jarg1, long long jarg2) {
+  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_engine_options *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->memory_budget_bytes = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_EngineOptions_MemoryBudgetBytes_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_engine_options *)jarg1; 
+  result = (int64_t) ((arg1)->memory_budget_bytes);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_EngineOptions_SpillDirectory_set___(void * jarg1, char * jarg2) {
+  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  
+  arg1 = (struct lumen_engine_options *)jarg1; 
+  arg2 = (char *)jarg2; 
+  {
+    if (arg2) {
+      arg1->spill_directory = (char const *) malloc(strlen((const char *)arg2)+1);
+      strcpy((char *)arg1->spill_directory, (const char *)arg2);
+    } else {
+      arg1->spill_directory = 0;
+    }
+  }
+}
+
+
+SWIGEXPORT char * SWIGSTDCALL CSharp_LumenfCApi_EngineOptions_SpillDirectory_get___(void * jarg1) {
+  char * jresult ;
+  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
+  char *result = 0 ;
+  
+  arg1 = (struct lumen_engine_options *)jarg1; 
+  result = (char *) ((arg1)->spill_directory);
+  jresult = SWIG_csharp_string_callback((const char *)result); 
+  return jresult;
+}
+
+
 SWIGEXPORT void * SWIGSTDCALL CSharp_LumenfCApi_new_EngineOptions___() {
   void * jresult ;
   struct lumen_engine_options *result = 0 ;
@@ -1136,6 +1208,310 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_reserve___(void* jarg1
 }
 
 
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_MemoryBudgetBytes_set___(void * jarg1, long long jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->memory_budget_bytes = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_MemoryBudgetBytes_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  result = (int64_t) ((arg1)->memory_budget_bytes);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_ResidentSessions_set___(void * jarg1, long long jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->resident_sessions = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_ResidentSessions_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  result = (int64_t) ((arg1)->resident_sessions);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_ResidentBytes_set___(void * jarg1, long long jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->resident_bytes = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_ResidentBytes_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  result = (int64_t) ((arg1)->resident_bytes);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_HostSessions_set___(void * jarg1, long long jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->host_sessions = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_HostSessions_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  result = (int64_t) ((arg1)->host_sessions);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_HostBytes_set___(void * jarg1, long long jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->host_bytes = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_HostBytes_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  result = (int64_t) ((arg1)->host_bytes);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_SpilledSessions_set___(void * jarg1, long long jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->spilled_sessions = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_SpilledSessions_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  result = (int64_t) ((arg1)->spilled_sessions);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_SpilledBytes_set___(void * jarg1, long long jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->spilled_bytes = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_SpilledBytes_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  result = (int64_t) ((arg1)->spilled_bytes);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_Evictions_set___(void * jarg1, long long jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->evictions = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_Evictions_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  result = (int64_t) ((arg1)->evictions);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_Reloads_set___(void * jarg1, long long jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->reloads = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_Reloads_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  result = (int64_t) ((arg1)->reloads);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_Prefetches_set___(void * jarg1, long long jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->prefetches = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_Prefetches_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  result = (int64_t) ((arg1)->prefetches);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_BytesEvicted_set___(void * jarg1, long long jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->bytes_evicted = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_BytesEvicted_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  result = (int64_t) ((arg1)->bytes_evicted);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_BytesReloaded_set___(void * jarg1, long long jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->bytes_reloaded = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_MemoryStats_BytesReloaded_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  result = (int64_t) ((arg1)->bytes_reloaded);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void * SWIGSTDCALL CSharp_LumenfCApi_new_MemoryStats___() {
+  void * jresult ;
+  struct lumen_memory_stats *result = 0 ;
+  
+  result = (struct lumen_memory_stats *)new_lumen_memory_stats();
+  jresult = (void *)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_delete_MemoryStats___(void * jarg1) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  
+  arg1 = (struct lumen_memory_stats *)jarg1; 
+  delete_lumen_memory_stats(arg1);
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_lumen_memory_stats_init___(void * jarg1) {
+  lumen_memory_stats *arg1 = (lumen_memory_stats *) 0 ;
+  
+  arg1 = (lumen_memory_stats *)jarg1; 
+  lumen_memory_stats_init(arg1);
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_stats___(void* jarg1, void * jarg2) {
+  int jresult ;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  lumen_memory_stats *arg2 = (lumen_memory_stats *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_engine *)jarg1;
+  arg2 = (lumen_memory_stats *)jarg2; 
+  result = (lumen_status)lumen_engine_stats((struct lumen_engine const *)arg1,arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
 SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_create___(void* jarg1, void** jarg2) {
   int jresult ;
   lumen_engine *arg1 = (lumen_engine *) 0 ;
@@ -1179,6 +1555,32 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_reset___(void* jarg1)
   
   arg1 = (lumen_session *)jarg1;
   result = (lumen_status)lumen_session_reset(arg1);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_prefetch___(void* jarg1) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  result = (lumen_status)lumen_session_prefetch(arg1);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_resident___(void* jarg1, int * jarg2) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t *)jarg2; 
+  result = (lumen_status)lumen_session_resident((struct lumen_session const *)arg1,arg2);
   jresult = (int)result;
   return jresult;
 }
@@ -1889,6 +2291,244 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_load___(void* jarg1, 
   arg1 = (lumen_session *)jarg1;
   arg2 = (char *)jarg2; 
   result = (lumen_status)lumen_session_load(arg1,(char const *)arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_StoreOptions_TimeoutMs_set___(void * jarg1, int jarg2) {
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  int32_t arg2 ;
+  
+  arg1 = (struct lumen_store_options *)jarg1; 
+  arg2 = (int32_t)jarg2; 
+  if (arg1) (arg1)->timeout_ms = arg2;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_StoreOptions_TimeoutMs_get___(void * jarg1) {
+  int jresult ;
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  int32_t result;
+  
+  arg1 = (struct lumen_store_options *)jarg1; 
+  result = (int32_t) ((arg1)->timeout_ms);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_StoreOptions_PartBytes_set___(void * jarg1, long long jarg2) {
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_store_options *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->part_bytes = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_StoreOptions_PartBytes_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_store_options *)jarg1; 
+  result = (int64_t) ((arg1)->part_bytes);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void * SWIGSTDCALL CSharp_LumenfCApi_new_StoreOptions___() {
+  void * jresult ;
+  struct lumen_store_options *result = 0 ;
+  
+  result = (struct lumen_store_options *)new_lumen_store_options();
+  jresult = (void *)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_delete_StoreOptions___(void * jarg1) {
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  
+  arg1 = (struct lumen_store_options *)jarg1; 
+  delete_lumen_store_options(arg1);
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_lumen_store_options_init___(void * jarg1) {
+  lumen_store_options *arg1 = (lumen_store_options *) 0 ;
+  
+  arg1 = (lumen_store_options *)jarg1; 
+  lumen_store_options_init(arg1);
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_store_open___(char * jarg1, void * jarg2, void** jarg3) {
+  int jresult ;
+  char *arg1 = (char *) 0 ;
+  lumen_store_options *arg2 = (lumen_store_options *) 0 ;
+  lumen_store **arg3 = (lumen_store **) 0 ;
+  lumen_status result;
+  
+  arg1 = (char *)jarg1; 
+  arg2 = (lumen_store_options *)jarg2; 
+  arg3 = (lumen_store **)jarg3;
+  result = (lumen_status)lumen_store_open((char const *)arg1,(struct lumen_store_options const *)arg2,arg3);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_lumen_store_destroy___(void* jarg1) {
+  lumen_store *arg1 = (lumen_store *) 0 ;
+  
+  arg1 = (lumen_store *)jarg1;
+  lumen_store_destroy(arg1);
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_StoreSaveOptions_StateDtype_set___(void * jarg1, int jarg2) {
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int32_t arg2 ;
+  
+  arg1 = (struct lumen_store_save_options *)jarg1; 
+  arg2 = (int32_t)jarg2; 
+  if (arg1) (arg1)->state_dtype = arg2;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_StoreSaveOptions_StateDtype_get___(void * jarg1) {
+  int jresult ;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int32_t result;
+  
+  arg1 = (struct lumen_store_save_options *)jarg1; 
+  result = (int32_t) ((arg1)->state_dtype);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_StoreSaveOptions_ExpiryMs_set___(void * jarg1, long long jarg2) {
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_store_save_options *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->expiry_ms = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_StoreSaveOptions_ExpiryMs_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_store_save_options *)jarg1; 
+  result = (int64_t) ((arg1)->expiry_ms);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_StoreSaveOptions_ExpectedVersion_set___(void * jarg1, long long jarg2) {
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int64_t arg2 ;
+  
+  arg1 = (struct lumen_store_save_options *)jarg1; 
+  arg2 = (int64_t)jarg2; 
+  if (arg1) (arg1)->expected_version = arg2;
+}
+
+
+SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_StoreSaveOptions_ExpectedVersion_get___(void * jarg1) {
+  long long jresult ;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int64_t result;
+  
+  arg1 = (struct lumen_store_save_options *)jarg1; 
+  result = (int64_t) ((arg1)->expected_version);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void * SWIGSTDCALL CSharp_LumenfCApi_new_StoreSaveOptions___() {
+  void * jresult ;
+  struct lumen_store_save_options *result = 0 ;
+  
+  result = (struct lumen_store_save_options *)new_lumen_store_save_options();
+  jresult = (void *)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_delete_StoreSaveOptions___(void * jarg1) {
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  
+  arg1 = (struct lumen_store_save_options *)jarg1; 
+  delete_lumen_store_save_options(arg1);
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_lumen_store_save_options_init___(void * jarg1) {
+  lumen_store_save_options *arg1 = (lumen_store_save_options *) 0 ;
+  
+  arg1 = (lumen_store_save_options *)jarg1; 
+  lumen_store_save_options_init(arg1);
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_store_save___(void* jarg1, char * jarg2, void* jarg3, void * jarg4, long long * jarg5) {
+  int jresult ;
+  lumen_store *arg1 = (lumen_store *) 0 ;
+  char *arg2 = (char *) 0 ;
+  lumen_session *arg3 = (lumen_session *) 0 ;
+  lumen_store_save_options *arg4 = (lumen_store_save_options *) 0 ;
+  int64_t *arg5 = (int64_t *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_store *)jarg1;
+  arg2 = (char *)jarg2; 
+  arg3 = (lumen_session *)jarg3;
+  arg4 = (lumen_store_save_options *)jarg4; 
+  arg5 = (int64_t *)jarg5; 
+  result = (lumen_status)lumen_store_save(arg1,(char const *)arg2,(struct lumen_session const *)arg3,(struct lumen_store_save_options const *)arg4,arg5);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_store_load___(void* jarg1, char * jarg2, void* jarg3, long long * jarg4) {
+  int jresult ;
+  lumen_store *arg1 = (lumen_store *) 0 ;
+  char *arg2 = (char *) 0 ;
+  lumen_session *arg3 = (lumen_session *) 0 ;
+  int64_t *arg4 = (int64_t *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_store *)jarg1;
+  arg2 = (char *)jarg2; 
+  arg3 = (lumen_session *)jarg3;
+  arg4 = (int64_t *)jarg4; 
+  result = (lumen_status)lumen_store_load(arg1,(char const *)arg2,arg3,arg4);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_store_remove___(void* jarg1, char * jarg2) {
+  int jresult ;
+  lumen_store *arg1 = (lumen_store *) 0 ;
+  char *arg2 = (char *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_store *)jarg1;
+  arg2 = (char *)jarg2; 
+  result = (lumen_status)lumen_store_remove(arg1,(char const *)arg2);
   jresult = (int)result;
   return jresult;
 }

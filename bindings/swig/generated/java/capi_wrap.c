@@ -288,6 +288,9 @@ SWIGINTERN struct lumen_layer_options *new_lumen_layer_options(void){
     return options;
   }
 SWIGINTERN void delete_lumen_layer_options(struct lumen_layer_options *self){ free(self); }
+
+#include <string.h>
+
 SWIGINTERN struct lumen_engine_options *new_lumen_engine_options(void){
     lumen_engine_options* options = (lumen_engine_options*)calloc(1, sizeof(lumen_engine_options));
     if (options) lumen_engine_options_init(options);
@@ -300,6 +303,12 @@ SWIGINTERN struct lumen_reservation *new_lumen_reservation(void){
     return options;
   }
 SWIGINTERN void delete_lumen_reservation(struct lumen_reservation *self){ free(self); }
+SWIGINTERN struct lumen_memory_stats *new_lumen_memory_stats(void){
+    lumen_memory_stats* options = (lumen_memory_stats*)calloc(1, sizeof(lumen_memory_stats));
+    if (options) lumen_memory_stats_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_memory_stats(struct lumen_memory_stats *self){ free(self); }
 SWIGINTERN struct lumen_layer_inputs *new_lumen_layer_inputs(void){
     lumen_layer_inputs* options = (lumen_layer_inputs*)calloc(1, sizeof(lumen_layer_inputs));
     if (options) lumen_layer_inputs_init(options);
@@ -318,6 +327,18 @@ SWIGINTERN struct lumen_snapshot_options *new_lumen_snapshot_options(void){
     return options;
   }
 SWIGINTERN void delete_lumen_snapshot_options(struct lumen_snapshot_options *self){ free(self); }
+SWIGINTERN struct lumen_store_options *new_lumen_store_options(void){
+    lumen_store_options* options = (lumen_store_options*)calloc(1, sizeof(lumen_store_options));
+    if (options) lumen_store_options_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_store_options(struct lumen_store_options *self){ free(self); }
+SWIGINTERN struct lumen_store_save_options *new_lumen_store_save_options(void){
+    lumen_store_save_options* options = (lumen_store_save_options*)calloc(1, sizeof(lumen_store_save_options));
+    if (options) lumen_store_save_options_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_store_save_options(struct lumen_store_save_options *self){ free(self); }
 
 #ifdef __cplusplus
 extern "C" {
@@ -1500,6 +1521,98 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1device_1get(J
 }
 
 
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1memoryBudgetBytes_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_engine_options **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->memory_budget_bytes = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1memoryBudgetBytes_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_engine_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->memory_budget_bytes);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1spillDirectory_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jstring jarg2) {
+  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_engine_options **)&jarg1; 
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return ;
+  }
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
+    return ;
+  }
+  
+  {
+    if (arg2) {
+      arg1->spill_directory = (char const *) malloc(strlen((const char *)arg2)+1);
+      strcpy((char *)arg1->spill_directory, (const char *)arg2);
+    } else {
+      arg1->spill_directory = 0;
+    }
+  }
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+}
+
+
+SWIGEXPORT jstring JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1spillDirectory_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jstring jresult = 0 ;
+  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
+  char *result = 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_engine_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
+    return 0;
+  }
+  
+  result = (char *) ((arg1)->spill_directory);
+  if (result) jresult = (*jenv)->NewStringUTF(jenv, (const char *)result);
+  return jresult;
+}
+
+
 SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_new_1EngineOptions(JNIEnv *jenv, jclass jcls) {
   jlong jresult = 0 ;
   struct lumen_engine_options *result = 0 ;
@@ -1763,6 +1876,542 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1reserve(JNIEn
 }
 
 
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1memoryBudgetBytes_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->memory_budget_bytes = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1memoryBudgetBytes_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->memory_budget_bytes);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1residentSessions_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->resident_sessions = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1residentSessions_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->resident_sessions);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1residentBytes_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->resident_bytes = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1residentBytes_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->resident_bytes);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1hostSessions_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->host_sessions = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1hostSessions_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->host_sessions);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1hostBytes_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->host_bytes = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1hostBytes_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->host_bytes);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1spilledSessions_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->spilled_sessions = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1spilledSessions_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->spilled_sessions);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1spilledBytes_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->spilled_bytes = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1spilledBytes_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->spilled_bytes);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1evictions_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->evictions = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1evictions_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->evictions);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1reloads_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->reloads = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1reloads_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->reloads);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1prefetches_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->prefetches = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1prefetches_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->prefetches);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1bytesEvicted_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->bytes_evicted = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1bytesEvicted_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->bytes_evicted);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1bytesReloaded_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->bytes_reloaded = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_MemoryStats_1bytesReloaded_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->bytes_reloaded);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_new_1MemoryStats(JNIEnv *jenv, jclass jcls) {
+  jlong jresult = 0 ;
+  struct lumen_memory_stats *result = 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  result = (struct lumen_memory_stats *)new_lumen_memory_stats();
+  *(struct lumen_memory_stats **)&jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_delete_1MemoryStats(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = *(struct lumen_memory_stats **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_memory_stats is closed");
+    return ;
+  }
+  
+  delete_lumen_memory_stats(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_lumen_1memory_1stats_1init(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  lumen_memory_stats *arg1 = (lumen_memory_stats *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(lumen_memory_stats **)&jarg1; 
+  lumen_memory_stats_init(arg1);
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1stats(JNIEnv *jenv, jclass jcls, jlong jarg1, jlong jarg2, jobject jarg2_) {
+  jint jresult = 0 ;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  lumen_memory_stats *arg2 = (lumen_memory_stats *) 0 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg2_;
+  arg1 = (lumen_engine *)(intptr_t)jarg1;
+  arg2 = *(lumen_memory_stats **)&jarg2; 
+  result = (lumen_status)lumen_engine_stats((struct lumen_engine const *)arg1,arg2);
+  jresult = (jint)result;
+  return jresult;
+}
+
+
 SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1create(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2) {
   jint jresult = 0 ;
   lumen_engine *arg1 = (lumen_engine *) 0 ;
@@ -1833,6 +2482,45 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1reset(JNIEnv
   arg1 = (lumen_session *)(intptr_t)jarg1;
   result = (lumen_status)lumen_session_reset(arg1);
   jresult = (jint)result;
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1prefetch(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  result = (lumen_status)lumen_session_prefetch(arg1);
+  jresult = (jint)result;
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1resident(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  {
+    if (!binding_out_array(jenv, jarg2)) return 0;
+    memset(&temp2, 0, sizeof temp2);
+    arg2 = &temp2;
+  }
+  result = (lumen_status)lumen_session_resident((struct lumen_session const *)arg1,arg2);
+  jresult = (jint)result;
+  {
+    jint value = (jint)(intptr_t)temp2;
+    (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &value);
+  }
   return jresult;
 }
 
@@ -3072,6 +3760,419 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1load(JNIEnv 
     if (!arg2) return 0;
   }
   result = (lumen_status)lumen_session_load(arg1,(char const *)arg2);
+  jresult = (jint)result;
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_StoreOptions_1timeoutMs_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jint jarg2) {
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  int32_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_store_options **)&jarg1; 
+  arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_store_options is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->timeout_ms = arg2;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_StoreOptions_1timeoutMs_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jint jresult = 0 ;
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  int32_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_store_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_store_options is closed");
+    return 0;
+  }
+  
+  result = (int32_t) ((arg1)->timeout_ms);
+  jresult = (jint)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_StoreOptions_1partBytes_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_store_options **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_store_options is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->part_bytes = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_StoreOptions_1partBytes_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_store_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_store_options is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->part_bytes);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_new_1StoreOptions(JNIEnv *jenv, jclass jcls) {
+  jlong jresult = 0 ;
+  struct lumen_store_options *result = 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  result = (struct lumen_store_options *)new_lumen_store_options();
+  *(struct lumen_store_options **)&jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_delete_1StoreOptions(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = *(struct lumen_store_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_store_options is closed");
+    return ;
+  }
+  
+  delete_lumen_store_options(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_lumen_1store_1options_1init(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  lumen_store_options *arg1 = (lumen_store_options *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(lumen_store_options **)&jarg1; 
+  lumen_store_options_init(arg1);
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1store_1open(JNIEnv *jenv, jclass jcls, jstring jarg1, jlong jarg2, jobject jarg2_, jlongArray jarg3) {
+  jint jresult = 0 ;
+  char *arg1 = (char *) 0 ;
+  lumen_store_options *arg2 = (lumen_store_options *) 0 ;
+  lumen_store **arg3 = (lumen_store **) 0 ;
+  lumen_store *temp3 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg2_;
+  arg1 = 0;
+  if (jarg1) {
+    arg1 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg1, 0);
+    if (!arg1) return 0;
+  }
+  arg2 = *(lumen_store_options **)&jarg2; 
+  {
+    if (!binding_out_array(jenv, jarg3)) return 0;
+    memset(&temp3, 0, sizeof temp3);
+    arg3 = &temp3;
+  }
+  result = (lumen_status)lumen_store_open((char const *)arg1,(struct lumen_store_options const *)arg2,arg3);
+  jresult = (jint)result;
+  {
+    jlong value = (jlong)(intptr_t)temp3;
+    (*jenv)->SetLongArrayRegion(jenv, jarg3, 0, 1, &value);
+  }
+  if (arg1) (*jenv)->ReleaseStringUTFChars(jenv, jarg1, (const char *)arg1);
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_lumen_1store_1destroy(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  lumen_store *arg1 = (lumen_store *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_store *)(intptr_t)jarg1;
+  lumen_store_destroy(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_StoreSaveOptions_1stateDtype_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jint jarg2) {
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int32_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_store_save_options **)&jarg1; 
+  arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_store_save_options is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->state_dtype = arg2;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_StoreSaveOptions_1stateDtype_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jint jresult = 0 ;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int32_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_store_save_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_store_save_options is closed");
+    return 0;
+  }
+  
+  result = (int32_t) ((arg1)->state_dtype);
+  jresult = (jint)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_StoreSaveOptions_1expiryMs_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_store_save_options **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_store_save_options is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->expiry_ms = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_StoreSaveOptions_1expiryMs_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_store_save_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_store_save_options is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->expiry_ms);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_StoreSaveOptions_1expectedVersion_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int64_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_store_save_options **)&jarg1; 
+  arg2 = (int64_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_store_save_options is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->expected_version = arg2;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_StoreSaveOptions_1expectedVersion_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jlong jresult = 0 ;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int64_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_store_save_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_store_save_options is closed");
+    return 0;
+  }
+  
+  result = (int64_t) ((arg1)->expected_version);
+  jresult = (jlong)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_new_1StoreSaveOptions(JNIEnv *jenv, jclass jcls) {
+  jlong jresult = 0 ;
+  struct lumen_store_save_options *result = 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  result = (struct lumen_store_save_options *)new_lumen_store_save_options();
+  *(struct lumen_store_save_options **)&jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_delete_1StoreSaveOptions(JNIEnv *jenv, jclass jcls, jlong jarg1) {
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = *(struct lumen_store_save_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_store_save_options is closed");
+    return ;
+  }
+  
+  delete_lumen_store_save_options(arg1);
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_lumen_1store_1save_1options_1init(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  lumen_store_save_options *arg1 = (lumen_store_save_options *) 0 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(lumen_store_save_options **)&jarg1; 
+  lumen_store_save_options_init(arg1);
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1store_1save(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2, jlong jarg3, jlong jarg4, jobject jarg4_, jlongArray jarg5) {
+  jint jresult = 0 ;
+  lumen_store *arg1 = (lumen_store *) 0 ;
+  char *arg2 = (char *) 0 ;
+  lumen_session *arg3 = (lumen_session *) 0 ;
+  lumen_store_save_options *arg4 = (lumen_store_save_options *) 0 ;
+  int64_t *arg5 = (int64_t *) 0 ;
+  int64_t temp5 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg4_;
+  arg1 = (lumen_store *)(intptr_t)jarg1;
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return 0;
+  }
+  arg3 = (lumen_session *)(intptr_t)jarg3;
+  arg4 = *(lumen_store_save_options **)&jarg4; 
+  {
+    if (!binding_out_array(jenv, jarg5)) return 0;
+    memset(&temp5, 0, sizeof temp5);
+    arg5 = &temp5;
+  }
+  result = (lumen_status)lumen_store_save(arg1,(char const *)arg2,(struct lumen_session const *)arg3,(struct lumen_store_save_options const *)arg4,arg5);
+  jresult = (jint)result;
+  {
+    jlong value = (jlong)(intptr_t)temp5;
+    (*jenv)->SetLongArrayRegion(jenv, jarg5, 0, 1, &value);
+  }
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1store_1load(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2, jlong jarg3, jlongArray jarg4) {
+  jint jresult = 0 ;
+  lumen_store *arg1 = (lumen_store *) 0 ;
+  char *arg2 = (char *) 0 ;
+  lumen_session *arg3 = (lumen_session *) 0 ;
+  int64_t *arg4 = (int64_t *) 0 ;
+  int64_t temp4 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_store *)(intptr_t)jarg1;
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return 0;
+  }
+  arg3 = (lumen_session *)(intptr_t)jarg3;
+  {
+    if (!binding_out_array(jenv, jarg4)) return 0;
+    memset(&temp4, 0, sizeof temp4);
+    arg4 = &temp4;
+  }
+  result = (lumen_status)lumen_store_load(arg1,(char const *)arg2,arg3,arg4);
+  jresult = (jint)result;
+  {
+    jlong value = (jlong)(intptr_t)temp4;
+    (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &value);
+  }
+  if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1store_1remove(JNIEnv *jenv, jclass jcls, jlong jarg1, jstring jarg2) {
+  jint jresult = 0 ;
+  lumen_store *arg1 = (lumen_store *) 0 ;
+  char *arg2 = (char *) 0 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_store *)(intptr_t)jarg1;
+  arg2 = 0;
+  if (jarg2) {
+    arg2 = (char *)(*jenv)->GetStringUTFChars(jenv, jarg2, 0);
+    if (!arg2) return 0;
+  }
+  result = (lumen_status)lumen_store_remove(arg1,(char const *)arg2);
   jresult = (jint)result;
   if (arg2) (*jenv)->ReleaseStringUTFChars(jenv, jarg2, (const char *)arg2);
   return jresult;

@@ -106,6 +106,14 @@ LUMEN_ERROR_SNAPSHOT_VERSION = _capi.LUMEN_ERROR_SNAPSHOT_VERSION
 r""" A snapshot was written in a newer format version than this library reads."""
 LUMEN_ERROR_IO = _capi.LUMEN_ERROR_IO
 r""" A file could not be opened, read, written, flushed or renamed."""
+LUMEN_ERROR_NOT_FOUND = _capi.LUMEN_ERROR_NOT_FOUND
+r""" A store holds no value under the key (never saved, removed, or expired)."""
+LUMEN_ERROR_VERSION_CONFLICT = _capi.LUMEN_ERROR_VERSION_CONFLICT
+r""" A save's expected version is not the stored one: another writer saved first."""
+LUMEN_ERROR_UNAVAILABLE = _capi.LUMEN_ERROR_UNAVAILABLE
+r""" A store's server cannot be reached, or closed the connection during the call."""
+LUMEN_ERROR_TIMEOUT = _capi.LUMEN_ERROR_TIMEOUT
+r""" A store's server did not answer within the store's timeout."""
 
 def lumen_status_string(status):
     r"""
@@ -362,6 +370,8 @@ class lumen_engine_options(object):
     backend = property(_capi.lumen_engine_options_backend_get, _capi.lumen_engine_options_backend_set)
     num_threads = property(_capi.lumen_engine_options_num_threads_get, _capi.lumen_engine_options_num_threads_set)
     device = property(_capi.lumen_engine_options_device_get, _capi.lumen_engine_options_device_set)
+    memory_budget_bytes = property(_capi.lumen_engine_options_memory_budget_bytes_get, _capi.lumen_engine_options_memory_budget_bytes_set)
+    spill_directory = property(_capi.lumen_engine_options_spill_directory_get, _capi.lumen_engine_options_spill_directory_set)
 
     def __init__(self):
         _capi.lumen_engine_options_swiginit(self, _capi.new_lumen_engine_options())
@@ -448,6 +458,46 @@ def lumen_engine_reserve(engine, reservation):
     and other threads may be capturing streams (see "GPU engines").
     """
     return _capi.lumen_engine_reserve(engine, reservation)
+class lumen_memory_stats(object):
+    r"""
+    Where an engine's session state is and how much has moved. Sizes count state bytes as the
+    budget does. Set struct_size (lumen_memory_stats_init does) before lumen_engine_stats.
+    Since 0.3.
+    """
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    memory_budget_bytes = property(_capi.lumen_memory_stats_memory_budget_bytes_get, _capi.lumen_memory_stats_memory_budget_bytes_set)
+    resident_sessions = property(_capi.lumen_memory_stats_resident_sessions_get, _capi.lumen_memory_stats_resident_sessions_set)
+    resident_bytes = property(_capi.lumen_memory_stats_resident_bytes_get, _capi.lumen_memory_stats_resident_bytes_set)
+    host_sessions = property(_capi.lumen_memory_stats_host_sessions_get, _capi.lumen_memory_stats_host_sessions_set)
+    host_bytes = property(_capi.lumen_memory_stats_host_bytes_get, _capi.lumen_memory_stats_host_bytes_set)
+    spilled_sessions = property(_capi.lumen_memory_stats_spilled_sessions_get, _capi.lumen_memory_stats_spilled_sessions_set)
+    spilled_bytes = property(_capi.lumen_memory_stats_spilled_bytes_get, _capi.lumen_memory_stats_spilled_bytes_set)
+    evictions = property(_capi.lumen_memory_stats_evictions_get, _capi.lumen_memory_stats_evictions_set)
+    reloads = property(_capi.lumen_memory_stats_reloads_get, _capi.lumen_memory_stats_reloads_set)
+    prefetches = property(_capi.lumen_memory_stats_prefetches_get, _capi.lumen_memory_stats_prefetches_set)
+    bytes_evicted = property(_capi.lumen_memory_stats_bytes_evicted_get, _capi.lumen_memory_stats_bytes_evicted_set)
+    bytes_reloaded = property(_capi.lumen_memory_stats_bytes_reloaded_get, _capi.lumen_memory_stats_bytes_reloaded_set)
+
+    def __init__(self):
+        _capi.lumen_memory_stats_swiginit(self, _capi.new_lumen_memory_stats())
+    __swig_destroy__ = _capi.delete_lumen_memory_stats
+
+# Register lumen_memory_stats in _capi:
+_capi.lumen_memory_stats_swigregister(lumen_memory_stats)
+
+def lumen_memory_stats_init(stats):
+    r""" Fills *stats with zeros and struct_size. NULL is a no-op. Since 0.3."""
+    return _capi.lumen_memory_stats_init(stats)
+
+def lumen_engine_stats(engine):
+    r"""
+    Writes the engine's session tiers and traffic to *out (see lumen_memory_stats). The
+    caller's struct_size says how many bytes to write (at least the 0.3 struct, at most 4096);
+    struct_size is left as the bytes written. Thread-safe. Since 0.3.
+    """
+    return _capi.lumen_engine_stats(engine)
 
 def lumen_session_create(engine):
     r"""
@@ -467,6 +517,24 @@ def lumen_session_fork(session):
 def lumen_session_reset(session):
     r""" Sets every state to zero and every token count to 0."""
     return _capi.lumen_session_reset(session)
+
+def lumen_session_prefetch(session):
+    r"""
+    Starts bringing an evicted session back into the engine's memory in the background (see
+    "Session memory budget"), so that the next call on it does not wait for the spill file;
+    returns at once. A session that is resident, or an engine without a budget, makes it a
+    no-op. If there is no room without evicting a session in use, or the reload fails, the
+    session stays evicted and the next call on it reloads it (and reports any error). The
+    session may be used, or destroyed, meanwhile. Since 0.3.
+    """
+    return _capi.lumen_session_prefetch(session)
+
+def lumen_session_resident(session):
+    r"""
+    Writes 1 to *out if the session's state is in the engine's memory, 0 if it is evicted
+    (see "Session memory budget"). Since 0.3.
+    """
+    return _capi.lumen_session_resident(session)
 
 def lumen_session_model(session):
     r"""
@@ -687,6 +755,128 @@ def lumen_session_load(session, path):
     can have is rejected after reading its head only (at most 32 + 56 * layers bytes).
     """
     return _capi.lumen_session_load(session, path)
+class lumen_store_options(object):
+    r""" How a store is opened. Fill with lumen_store_options_init. Since 0.3."""
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    timeout_ms = property(_capi.lumen_store_options_timeout_ms_get, _capi.lumen_store_options_timeout_ms_set, doc=r"""
+    redis://: the limit, in milliseconds, on connecting and on each command's answer;
+    0 means 5000. Ignored by file://.
+    """)
+    part_bytes = property(_capi.lumen_store_options_part_bytes_get, _capi.lumen_store_options_part_bytes_set, doc=r"""
+    redis://: a snapshot larger than this many bytes is stored as parts of at most this
+    size; 0 means 4 MiB (4194304). At least 4096 and at most 512 MiB (Redis's largest
+    string). Ignored by file:// (one file per key).
+    """)
+
+    def __init__(self):
+        _capi.lumen_store_options_swiginit(self, _capi.new_lumen_store_options())
+    __swig_destroy__ = _capi.delete_lumen_store_options
+
+# Register lumen_store_options in _capi:
+_capi.lumen_store_options_swigregister(lumen_store_options)
+
+def lumen_store_options_init(options):
+    r""" Fills *options with defaults (timeout 5000 ms, parts of 4 MiB). NULL is a no-op. Since 0.3."""
+    return _capi.lumen_store_options_init(options)
+
+def lumen_store_open(uri, options):
+    r"""
+    Opens the store `uri` (UTF-8) and writes it to *out; free it with lumen_store_destroy.
+    options may be NULL (defaults). Since 0.3.
+
+      file:///path/to/dir   a directory, created (mode 0700) if its parent exists and it does
+                            not; each key is one file in it, saved atomically and durably as
+                            lumen_session_save does (a temporary file, flushed, renamed), its
+                            name the key with bytes other than [A-Za-z0-9_-] written %XX (cut
+                            at 180 bytes and ended with a hash of the whole key when longer)
+                            and the suffix ".lumen-store"; saves to one key wait for each other
+                            (flock on a lock file beside it). An expired file stays on disk
+                            until the key is saved again or removed.
+      redis://host[:port][/db]   a Redis server (port 6379 and database 0 by default; a
+                            password as the URI's user information, redis://:secret@host),
+                            through hiredis. The connection is made here. Keys live under
+                            "lumen:{key}:" (one hash slot per key): a head that names the
+                            value's generation, version and size, and the parts of each
+                            generation, written first with a five-minute expiry; one Lua
+                            script then checks the version, points the head at the new
+                            generation, gives its parts the value's expiry (or none) and
+                            deletes the old generation's parts. A save that dies before the
+                            script leaves parts that expire by themselves. A read takes the
+                            head, then its parts; should a newer save replace them meanwhile,
+                            it reads again, at last through a script the server runs whole.
+
+    Returns LUMEN_ERROR_INVALID_ARGUMENT for a URI that is not one of these (the message says
+    what is wrong) or bad options; LUMEN_ERROR_UNSUPPORTED for redis:// in a library built
+    without hiredis; LUMEN_ERROR_IO when the directory cannot be made or is not one;
+    LUMEN_ERROR_UNAVAILABLE or LUMEN_ERROR_TIMEOUT when the server cannot be reached, and
+    LUMEN_ERROR_IO when it refuses the password or the database.
+    """
+    return _capi.lumen_store_open(uri, options)
+
+def lumen_store_destroy(store):
+    r""" Closes the store (its connection). NULL is a no-op. Since 0.3."""
+    return _capi.lumen_store_destroy(store)
+class lumen_store_save_options(object):
+    r""" How a session is saved to a store. Fill with lumen_store_save_options_init. Since 0.3."""
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    state_dtype = property(_capi.lumen_store_save_options_state_dtype_get, _capi.lumen_store_save_options_state_dtype_set, doc=r"""
+    lumen_dtype of the stored state, as in lumen_snapshot_options: FLOAT32 (default) or
+    BFLOAT16.
+    """)
+    expiry_ms = property(_capi.lumen_store_save_options_expiry_ms_get, _capi.lumen_store_save_options_expiry_ms_set, doc=r"""
+    0 (default): the value never expires; > 0: it expires this many milliseconds after
+    the save, and the key then holds nothing.
+    """)
+    expected_version = property(_capi.lumen_store_save_options_expected_version_get, _capi.lumen_store_save_options_expected_version_set, doc=r"""
+    -1 (default): replace whatever the key holds; 0: save only if the key holds nothing;
+    n > 0: save only if the stored version is n. Otherwise LUMEN_ERROR_VERSION_CONFLICT.
+    """)
+
+    def __init__(self):
+        _capi.lumen_store_save_options_swiginit(self, _capi.new_lumen_store_save_options())
+    __swig_destroy__ = _capi.delete_lumen_store_save_options
+
+# Register lumen_store_save_options in _capi:
+_capi.lumen_store_save_options_swigregister(lumen_store_save_options)
+
+def lumen_store_save_options_init(options):
+    r"""
+    Fills *options with defaults (FLOAT32, no expiry, no version check). NULL is a no-op.
+    Since 0.3.
+    """
+    return _capi.lumen_store_save_options_init(options)
+
+def lumen_store_save(store, key, session, options):
+    r"""
+    Saves the session's snapshot under `key`, atomically (see above), and writes the version
+    it now has to *out_version (may be NULL). options may be NULL (defaults). The session is
+    only read. Returns LUMEN_ERROR_VERSION_CONFLICT, naming the stored version, when
+    options->expected_version is not -1 and differs from it (nothing is written), and the
+    errors listed above; after any error the key holds what it held before. Since 0.3.
+    """
+    return _capi.lumen_store_save(store, key, session, options)
+
+def lumen_store_load(store, key, session):
+    r"""
+    Replaces the session's state and token counts with the snapshot stored under `key`, as
+    lumen_session_restore does (all or nothing), and writes its version to *out_version (may
+    be NULL). Returns LUMEN_ERROR_NOT_FOUND for a key that holds nothing, the statuses of
+    lumen_session_restore for the value itself (LUMEN_ERROR_MODEL_MISMATCH,
+    LUMEN_ERROR_CORRUPT_SNAPSHOT, LUMEN_ERROR_SNAPSHOT_VERSION; a missing or resized part is
+    LUMEN_ERROR_CORRUPT_SNAPSHOT too), and the errors listed above. Since 0.3.
+    """
+    return _capi.lumen_store_load(store, key, session)
+
+def lumen_store_remove(store, key):
+    r"""
+    Removes what the store holds under `key`. Returns LUMEN_ERROR_NOT_FOUND when it holds
+    nothing, and the errors listed above. Since 0.3.
+    """
+    return _capi.lumen_store_remove(store, key)
 
 def lumen_engine_scratch_bytes(engine):
     r"""

@@ -2994,26 +2994,31 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 #define SWIGTYPE_p_lumen_layer_options swig_types[12]
 #define SWIGTYPE_p_lumen_layer_output swig_types[13]
 #define SWIGTYPE_p_lumen_memory swig_types[14]
-#define SWIGTYPE_p_lumen_model swig_types[15]
-#define SWIGTYPE_p_lumen_model_builder swig_types[16]
-#define SWIGTYPE_p_lumen_param swig_types[17]
-#define SWIGTYPE_p_lumen_reservation swig_types[18]
-#define SWIGTYPE_p_lumen_session swig_types[19]
-#define SWIGTYPE_p_lumen_snapshot_options swig_types[20]
-#define SWIGTYPE_p_lumen_state_part swig_types[21]
-#define SWIGTYPE_p_lumen_status swig_types[22]
-#define SWIGTYPE_p_p_lumen_engine swig_types[23]
-#define SWIGTYPE_p_p_lumen_model swig_types[24]
-#define SWIGTYPE_p_p_lumen_model_builder swig_types[25]
-#define SWIGTYPE_p_p_lumen_session swig_types[26]
-#define SWIGTYPE_p_short swig_types[27]
-#define SWIGTYPE_p_signed_char swig_types[28]
-#define SWIGTYPE_p_unsigned_char swig_types[29]
-#define SWIGTYPE_p_unsigned_int swig_types[30]
-#define SWIGTYPE_p_unsigned_long_long swig_types[31]
-#define SWIGTYPE_p_unsigned_short swig_types[32]
-static swig_type_info *swig_types[34];
-static swig_module_info swig_module = {swig_types, 33, 0, 0, 0, 0};
+#define SWIGTYPE_p_lumen_memory_stats swig_types[15]
+#define SWIGTYPE_p_lumen_model swig_types[16]
+#define SWIGTYPE_p_lumen_model_builder swig_types[17]
+#define SWIGTYPE_p_lumen_param swig_types[18]
+#define SWIGTYPE_p_lumen_reservation swig_types[19]
+#define SWIGTYPE_p_lumen_session swig_types[20]
+#define SWIGTYPE_p_lumen_snapshot_options swig_types[21]
+#define SWIGTYPE_p_lumen_state_part swig_types[22]
+#define SWIGTYPE_p_lumen_status swig_types[23]
+#define SWIGTYPE_p_lumen_store swig_types[24]
+#define SWIGTYPE_p_lumen_store_options swig_types[25]
+#define SWIGTYPE_p_lumen_store_save_options swig_types[26]
+#define SWIGTYPE_p_p_lumen_engine swig_types[27]
+#define SWIGTYPE_p_p_lumen_model swig_types[28]
+#define SWIGTYPE_p_p_lumen_model_builder swig_types[29]
+#define SWIGTYPE_p_p_lumen_session swig_types[30]
+#define SWIGTYPE_p_p_lumen_store swig_types[31]
+#define SWIGTYPE_p_short swig_types[32]
+#define SWIGTYPE_p_signed_char swig_types[33]
+#define SWIGTYPE_p_unsigned_char swig_types[34]
+#define SWIGTYPE_p_unsigned_int swig_types[35]
+#define SWIGTYPE_p_unsigned_long_long swig_types[36]
+#define SWIGTYPE_p_unsigned_short swig_types[37]
+static swig_type_info *swig_types[39];
+static swig_module_info swig_module = {swig_types, 38, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -3516,18 +3521,6 @@ SWIG_AsVal_long_SS_long (PyObject *obj, long long *val)
 }
 #endif
 
-SWIGINTERN struct lumen_engine_options *new_lumen_engine_options(void){
-    lumen_engine_options* options = (lumen_engine_options*)calloc(1, sizeof(lumen_engine_options));
-    if (options) lumen_engine_options_init(options);
-    return options;
-  }
-SWIGINTERN void delete_lumen_engine_options(struct lumen_engine_options *self){ free(self); }
-SWIGINTERN struct lumen_reservation *new_lumen_reservation(void){
-    lumen_reservation* options = (lumen_reservation*)calloc(1, sizeof(lumen_reservation));
-    if (options) lumen_reservation_init(options);
-    return options;
-  }
-SWIGINTERN void delete_lumen_reservation(struct lumen_reservation *self){ free(self); }
 
 #ifdef SWIG_LONG_LONG_AVAILABLE
 SWIGINTERNINLINE PyObject* 
@@ -3538,24 +3531,6 @@ SWIG_From_long_SS_long  (long long value)
 }
 #endif
 
-SWIGINTERN struct lumen_layer_inputs *new_lumen_layer_inputs(void){
-    lumen_layer_inputs* options = (lumen_layer_inputs*)calloc(1, sizeof(lumen_layer_inputs));
-    if (options) lumen_layer_inputs_init(options);
-    return options;
-  }
-SWIGINTERN void delete_lumen_layer_inputs(struct lumen_layer_inputs *self){ free(self); }
-SWIGINTERN struct lumen_layer_output *new_lumen_layer_output(void){
-    lumen_layer_output* options = (lumen_layer_output*)calloc(1, sizeof(lumen_layer_output));
-    if (options) lumen_layer_output_init(options);
-    return options;
-  }
-SWIGINTERN void delete_lumen_layer_output(struct lumen_layer_output *self){ free(self); }
-SWIGINTERN struct lumen_snapshot_options *new_lumen_snapshot_options(void){
-    lumen_snapshot_options* options = (lumen_snapshot_options*)calloc(1, sizeof(lumen_snapshot_options));
-    if (options) lumen_snapshot_options_init(options);
-    return options;
-  }
-SWIGINTERN void delete_lumen_snapshot_options(struct lumen_snapshot_options *self){ free(self); }
 
 SWIGINTERN int
 SWIG_AsCharPtrAndSize(PyObject *obj, char** cptr, size_t* psize, int *alloc)
@@ -3668,6 +3643,54 @@ SWIG_AsCharPtrAndSize(PyObject *obj, char** cptr, size_t* psize, int *alloc)
 
 
 
+SWIGINTERN struct lumen_engine_options *new_lumen_engine_options(void){
+    lumen_engine_options* options = (lumen_engine_options*)calloc(1, sizeof(lumen_engine_options));
+    if (options) lumen_engine_options_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_engine_options(struct lumen_engine_options *self){ free(self); }
+SWIGINTERN struct lumen_reservation *new_lumen_reservation(void){
+    lumen_reservation* options = (lumen_reservation*)calloc(1, sizeof(lumen_reservation));
+    if (options) lumen_reservation_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_reservation(struct lumen_reservation *self){ free(self); }
+SWIGINTERN struct lumen_memory_stats *new_lumen_memory_stats(void){
+    lumen_memory_stats* options = (lumen_memory_stats*)calloc(1, sizeof(lumen_memory_stats));
+    if (options) lumen_memory_stats_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_memory_stats(struct lumen_memory_stats *self){ free(self); }
+SWIGINTERN struct lumen_layer_inputs *new_lumen_layer_inputs(void){
+    lumen_layer_inputs* options = (lumen_layer_inputs*)calloc(1, sizeof(lumen_layer_inputs));
+    if (options) lumen_layer_inputs_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_layer_inputs(struct lumen_layer_inputs *self){ free(self); }
+SWIGINTERN struct lumen_layer_output *new_lumen_layer_output(void){
+    lumen_layer_output* options = (lumen_layer_output*)calloc(1, sizeof(lumen_layer_output));
+    if (options) lumen_layer_output_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_layer_output(struct lumen_layer_output *self){ free(self); }
+SWIGINTERN struct lumen_snapshot_options *new_lumen_snapshot_options(void){
+    lumen_snapshot_options* options = (lumen_snapshot_options*)calloc(1, sizeof(lumen_snapshot_options));
+    if (options) lumen_snapshot_options_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_snapshot_options(struct lumen_snapshot_options *self){ free(self); }
+SWIGINTERN struct lumen_store_options *new_lumen_store_options(void){
+    lumen_store_options* options = (lumen_store_options*)calloc(1, sizeof(lumen_store_options));
+    if (options) lumen_store_options_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_store_options(struct lumen_store_options *self){ free(self); }
+SWIGINTERN struct lumen_store_save_options *new_lumen_store_save_options(void){
+    lumen_store_save_options* options = (lumen_store_save_options*)calloc(1, sizeof(lumen_store_save_options));
+    if (options) lumen_store_save_options_init(options);
+    return options;
+  }
+SWIGINTERN void delete_lumen_store_save_options(struct lumen_store_save_options *self){ free(self); }
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -5528,6 +5551,134 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_lumen_engine_options_memory_budget_bytes_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_engine_options_memory_budget_bytes_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_engine_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_engine_options_memory_budget_bytes_set" "', argument " "1"" of type '" "struct lumen_engine_options *""'"); 
+  }
+  arg1 = (struct lumen_engine_options *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_engine_options_memory_budget_bytes_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->memory_budget_bytes = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_engine_options_memory_budget_bytes_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_engine_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_engine_options_memory_budget_bytes_get" "', argument " "1"" of type '" "struct lumen_engine_options *""'"); 
+  }
+  arg1 = (struct lumen_engine_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->memory_budget_bytes);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_engine_options_spill_directory_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_engine_options_spill_directory_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_engine_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_engine_options_spill_directory_set" "', argument " "1"" of type '" "struct lumen_engine_options *""'"); 
+  }
+  arg1 = (struct lumen_engine_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "lumen_engine_options_spill_directory_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->spill_directory = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->spill_directory = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_engine_options_spill_directory_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_engine_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_engine_options_spill_directory_get" "', argument " "1"" of type '" "struct lumen_engine_options *""'"); 
+  }
+  arg1 = (struct lumen_engine_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->spill_directory);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_lumen_engine_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct lumen_engine_options *result = 0 ;
@@ -6011,6 +6162,860 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_memory_budget_bytes_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_memory_stats_memory_budget_bytes_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_memory_budget_bytes_set" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_memory_stats_memory_budget_bytes_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->memory_budget_bytes = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_memory_budget_bytes_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_memory_budget_bytes_get" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->memory_budget_bytes);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_resident_sessions_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_memory_stats_resident_sessions_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_resident_sessions_set" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_memory_stats_resident_sessions_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->resident_sessions = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_resident_sessions_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_resident_sessions_get" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->resident_sessions);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_resident_bytes_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_memory_stats_resident_bytes_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_resident_bytes_set" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_memory_stats_resident_bytes_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->resident_bytes = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_resident_bytes_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_resident_bytes_get" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->resident_bytes);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_host_sessions_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_memory_stats_host_sessions_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_host_sessions_set" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_memory_stats_host_sessions_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->host_sessions = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_host_sessions_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_host_sessions_get" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->host_sessions);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_host_bytes_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_memory_stats_host_bytes_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_host_bytes_set" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_memory_stats_host_bytes_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->host_bytes = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_host_bytes_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_host_bytes_get" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->host_bytes);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_spilled_sessions_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_memory_stats_spilled_sessions_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_spilled_sessions_set" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_memory_stats_spilled_sessions_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->spilled_sessions = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_spilled_sessions_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_spilled_sessions_get" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->spilled_sessions);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_spilled_bytes_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_memory_stats_spilled_bytes_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_spilled_bytes_set" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_memory_stats_spilled_bytes_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->spilled_bytes = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_spilled_bytes_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_spilled_bytes_get" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->spilled_bytes);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_evictions_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_memory_stats_evictions_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_evictions_set" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_memory_stats_evictions_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->evictions = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_evictions_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_evictions_get" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->evictions);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_reloads_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_memory_stats_reloads_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_reloads_set" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_memory_stats_reloads_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->reloads = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_reloads_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_reloads_get" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->reloads);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_prefetches_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_memory_stats_prefetches_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_prefetches_set" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_memory_stats_prefetches_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->prefetches = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_prefetches_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_prefetches_get" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->prefetches);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_bytes_evicted_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_memory_stats_bytes_evicted_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_bytes_evicted_set" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_memory_stats_bytes_evicted_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->bytes_evicted = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_bytes_evicted_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_bytes_evicted_get" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->bytes_evicted);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_bytes_reloaded_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_memory_stats_bytes_reloaded_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_bytes_reloaded_set" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_memory_stats_bytes_reloaded_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->bytes_reloaded = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_bytes_reloaded_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_bytes_reloaded_get" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->bytes_reloaded);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_lumen_memory_stats(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_lumen_memory_stats", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct lumen_memory_stats *)new_lumen_memory_stats();
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_lumen_memory_stats, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_lumen_memory_stats(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_memory_stats *arg1 = (struct lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_lumen_memory_stats" "', argument " "1"" of type '" "struct lumen_memory_stats *""'"); 
+  }
+  arg1 = (struct lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    delete_lumen_memory_stats(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *lumen_memory_stats_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_lumen_memory_stats, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *lumen_memory_stats_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_lumen_memory_stats_init(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_memory_stats *arg1 = (lumen_memory_stats *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_memory_stats, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_memory_stats_init" "', argument " "1"" of type '" "lumen_memory_stats *""'"); 
+  }
+  arg1 = (lumen_memory_stats *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    lumen_memory_stats_init(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_engine_stats(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  lumen_memory_stats *arg2 = (lumen_memory_stats *) 0 ;
+  PyObject *swig_obj[1] ;
+  lumen_status result;
+  
+  {
+    arg2 = (lumen_memory_stats *)calloc(1, sizeof(lumen_memory_stats));
+    if (!arg2) {
+      PyErr_NoMemory();
+      SWIG_fail;
+    }
+    lumen_memory_stats_init(arg2);
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_engine *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_engine_stats((struct lumen_engine const *)arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj,
+      SWIG_NewPointerObj(arg2, SWIGTYPE_p_lumen_memory_stats, SWIG_POINTER_OWN));
+    arg2 = NULL;
+  }
+  {
+    free(arg2); 
+  }
+  return resultobj;
+fail:
+  {
+    free(arg2); 
+  }
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_lumen_session_create(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   lumen_engine *arg1 = (lumen_engine *) 0 ;
@@ -6149,6 +7154,83 @@ SWIGINTERN PyObject *_wrap_lumen_session_reset(PyObject *self, PyObject *args) {
       SWIG_fail;
     }
     resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_session_prefetch(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  PyObject *swig_obj[1] ;
+  lumen_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_prefetch(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_session_resident(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 ;
+  PyObject *swig_obj[1] ;
+  lumen_status result;
+  
+  {
+    memset(&temp2, 0, sizeof temp2);
+    arg2 = &temp2;
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_resident((struct lumen_session const *)arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)temp2));
   }
   return resultobj;
 fail:
@@ -8307,6 +9389,720 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_lumen_store_options_timeout_ms_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_store_options_timeout_ms_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_options_timeout_ms_set" "', argument " "1"" of type '" "struct lumen_store_options *""'"); 
+  }
+  arg1 = (struct lumen_store_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_store_options_timeout_ms_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->timeout_ms = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_options_timeout_ms_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_options_timeout_ms_get" "', argument " "1"" of type '" "struct lumen_store_options *""'"); 
+  }
+  arg1 = (struct lumen_store_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->timeout_ms);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_options_part_bytes_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_store_options_part_bytes_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_options_part_bytes_set" "', argument " "1"" of type '" "struct lumen_store_options *""'"); 
+  }
+  arg1 = (struct lumen_store_options *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_store_options_part_bytes_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->part_bytes = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_options_part_bytes_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_options_part_bytes_get" "', argument " "1"" of type '" "struct lumen_store_options *""'"); 
+  }
+  arg1 = (struct lumen_store_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->part_bytes);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_lumen_store_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_options *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_lumen_store_options", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct lumen_store_options *)new_lumen_store_options();
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_lumen_store_options, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_lumen_store_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_options *arg1 = (struct lumen_store_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_options, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_lumen_store_options" "', argument " "1"" of type '" "struct lumen_store_options *""'"); 
+  }
+  arg1 = (struct lumen_store_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    delete_lumen_store_options(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *lumen_store_options_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_lumen_store_options, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *lumen_store_options_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_lumen_store_options_init(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_store_options *arg1 = (lumen_store_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_options_init" "', argument " "1"" of type '" "lumen_store_options *""'"); 
+  }
+  arg1 = (lumen_store_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    lumen_store_options_init(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_open(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  char *arg1 = (char *) 0 ;
+  lumen_store_options *arg2 = (lumen_store_options *) 0 ;
+  lumen_store **arg3 = (lumen_store **) 0 ;
+  int res1 ;
+  char *buf1 = 0 ;
+  int alloc1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  lumen_store *temp3 = NULL ;
+  PyObject *swig_obj[2] ;
+  lumen_status result;
+  
+  {
+    arg3 = &temp3; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "lumen_store_open", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_AsCharPtrAndSize(swig_obj[0], &buf1, NULL, &alloc1);
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_open" "', argument " "1"" of type '" "char const *""'");
+  }
+  arg1 = (char *)(buf1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_lumen_store_options, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "lumen_store_open" "', argument " "2"" of type '" "lumen_store_options const *""'"); 
+  }
+  arg2 = (lumen_store_options *)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_store_open((char const *)arg1,(struct lumen_store_options const *)arg2,arg3);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromVoidPtr((void*)temp3));
+  }
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return resultobj;
+fail:
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_destroy(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_store *arg1 = (lumen_store *) 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_store *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    lumen_store_destroy(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_save_options_state_dtype_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_store_save_options_state_dtype_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_save_options_state_dtype_set" "', argument " "1"" of type '" "struct lumen_store_save_options *""'"); 
+  }
+  arg1 = (struct lumen_store_save_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_store_save_options_state_dtype_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->state_dtype = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_save_options_state_dtype_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_save_options_state_dtype_get" "', argument " "1"" of type '" "struct lumen_store_save_options *""'"); 
+  }
+  arg1 = (struct lumen_store_save_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->state_dtype);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_save_options_expiry_ms_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_store_save_options_expiry_ms_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_save_options_expiry_ms_set" "', argument " "1"" of type '" "struct lumen_store_save_options *""'"); 
+  }
+  arg1 = (struct lumen_store_save_options *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_store_save_options_expiry_ms_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->expiry_ms = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_save_options_expiry_ms_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_save_options_expiry_ms_get" "', argument " "1"" of type '" "struct lumen_store_save_options *""'"); 
+  }
+  arg1 = (struct lumen_store_save_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->expiry_ms);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_save_options_expected_version_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_store_save_options_expected_version_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_save_options_expected_version_set" "', argument " "1"" of type '" "struct lumen_store_save_options *""'"); 
+  }
+  arg1 = (struct lumen_store_save_options *)(argp1);
+  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_store_save_options_expected_version_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->expected_version = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_save_options_expected_version_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_save_options_expected_version_get" "', argument " "1"" of type '" "struct lumen_store_save_options *""'"); 
+  }
+  arg1 = (struct lumen_store_save_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->expected_version);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long_SS_long((long long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_lumen_store_save_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_save_options *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_lumen_store_save_options", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct lumen_store_save_options *)new_lumen_store_save_options();
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_lumen_store_save_options, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_lumen_store_save_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_store_save_options *arg1 = (struct lumen_store_save_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_save_options, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_lumen_store_save_options" "', argument " "1"" of type '" "struct lumen_store_save_options *""'"); 
+  }
+  arg1 = (struct lumen_store_save_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    delete_lumen_store_save_options(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *lumen_store_save_options_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_lumen_store_save_options, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *lumen_store_save_options_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_lumen_store_save_options_init(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_store_save_options *arg1 = (lumen_store_save_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_store_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_store_save_options_init" "', argument " "1"" of type '" "lumen_store_save_options *""'"); 
+  }
+  arg1 = (lumen_store_save_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    lumen_store_save_options_init(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_save(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_store *arg1 = (lumen_store *) 0 ;
+  char *arg2 = (char *) 0 ;
+  lumen_session *arg3 = (lumen_session *) 0 ;
+  lumen_store_save_options *arg4 = (lumen_store_save_options *) 0 ;
+  int64_t *arg5 = (int64_t *) 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  void *argp4 = 0 ;
+  int res4 = 0 ;
+  int64_t temp5 ;
+  PyObject *swig_obj[4] ;
+  lumen_status result;
+  
+  {
+    memset(&temp5, 0, sizeof temp5);
+    arg5 = &temp5;
+  }
+  if (!SWIG_Python_UnpackTuple(args, "lumen_store_save", 4, 4, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_store *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "lumen_store_save" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    if (swig_obj[2] == Py_None) {
+      arg3 = NULL;
+    } else {
+      arg3 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[2]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  res4 = SWIG_ConvertPtr(swig_obj[3], &argp4,SWIGTYPE_p_lumen_store_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res4)) {
+    SWIG_exception_fail(SWIG_ArgError(res4), "in method '" "lumen_store_save" "', argument " "4"" of type '" "lumen_store_save_options const *""'"); 
+  }
+  arg4 = (lumen_store_save_options *)(argp4);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_store_save(arg1,(char const *)arg2,(struct lumen_session const *)arg3,(struct lumen_store_save_options const *)arg4,arg5);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)temp5));
+  }
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_load(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_store *arg1 = (lumen_store *) 0 ;
+  char *arg2 = (char *) 0 ;
+  lumen_session *arg3 = (lumen_session *) 0 ;
+  int64_t *arg4 = (int64_t *) 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  int64_t temp4 ;
+  PyObject *swig_obj[3] ;
+  lumen_status result;
+  
+  {
+    memset(&temp4, 0, sizeof temp4);
+    arg4 = &temp4;
+  }
+  if (!SWIG_Python_UnpackTuple(args, "lumen_store_load", 3, 3, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_store *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "lumen_store_load" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    if (swig_obj[2] == Py_None) {
+      arg3 = NULL;
+    } else {
+      arg3 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[2]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_store_load(arg1,(char const *)arg2,arg3,arg4);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)temp4));
+  }
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_store_remove(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_store *arg1 = (lumen_store *) 0 ;
+  char *arg2 = (char *) 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  lumen_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_store_remove", 2, 2, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_store *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "lumen_store_remove" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_store_remove(arg1,(char const *)arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_lumen_engine_scratch_bytes(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   lumen_engine *arg1 = (lumen_engine *) 0 ;
@@ -8496,6 +10292,10 @@ static PyMethodDef SwigMethods[] = {
 	 { "lumen_engine_options_num_threads_get", _wrap_lumen_engine_options_num_threads_get, METH_O, NULL},
 	 { "lumen_engine_options_device_set", _wrap_lumen_engine_options_device_set, METH_VARARGS, NULL},
 	 { "lumen_engine_options_device_get", _wrap_lumen_engine_options_device_get, METH_O, NULL},
+	 { "lumen_engine_options_memory_budget_bytes_set", _wrap_lumen_engine_options_memory_budget_bytes_set, METH_VARARGS, NULL},
+	 { "lumen_engine_options_memory_budget_bytes_get", _wrap_lumen_engine_options_memory_budget_bytes_get, METH_O, NULL},
+	 { "lumen_engine_options_spill_directory_set", _wrap_lumen_engine_options_spill_directory_set, METH_VARARGS, NULL},
+	 { "lumen_engine_options_spill_directory_get", _wrap_lumen_engine_options_spill_directory_get, METH_O, NULL},
 	 { "new_lumen_engine_options", _wrap_new_lumen_engine_options, METH_NOARGS, NULL},
 	 { "delete_lumen_engine_options", _wrap_delete_lumen_engine_options, METH_O, NULL},
 	 { "lumen_engine_options_swigregister", lumen_engine_options_swigregister, METH_O, NULL},
@@ -8549,6 +10349,40 @@ static PyMethodDef SwigMethods[] = {
 		"runtime. Thread-safe: other threads may use the engine meanwhile (their calls wait for it),\n"
 		"and other threads may be capturing streams (see \"GPU engines\").\n"
 		""},
+	 { "lumen_memory_stats_memory_budget_bytes_set", _wrap_lumen_memory_stats_memory_budget_bytes_set, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_memory_budget_bytes_get", _wrap_lumen_memory_stats_memory_budget_bytes_get, METH_O, NULL},
+	 { "lumen_memory_stats_resident_sessions_set", _wrap_lumen_memory_stats_resident_sessions_set, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_resident_sessions_get", _wrap_lumen_memory_stats_resident_sessions_get, METH_O, NULL},
+	 { "lumen_memory_stats_resident_bytes_set", _wrap_lumen_memory_stats_resident_bytes_set, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_resident_bytes_get", _wrap_lumen_memory_stats_resident_bytes_get, METH_O, NULL},
+	 { "lumen_memory_stats_host_sessions_set", _wrap_lumen_memory_stats_host_sessions_set, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_host_sessions_get", _wrap_lumen_memory_stats_host_sessions_get, METH_O, NULL},
+	 { "lumen_memory_stats_host_bytes_set", _wrap_lumen_memory_stats_host_bytes_set, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_host_bytes_get", _wrap_lumen_memory_stats_host_bytes_get, METH_O, NULL},
+	 { "lumen_memory_stats_spilled_sessions_set", _wrap_lumen_memory_stats_spilled_sessions_set, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_spilled_sessions_get", _wrap_lumen_memory_stats_spilled_sessions_get, METH_O, NULL},
+	 { "lumen_memory_stats_spilled_bytes_set", _wrap_lumen_memory_stats_spilled_bytes_set, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_spilled_bytes_get", _wrap_lumen_memory_stats_spilled_bytes_get, METH_O, NULL},
+	 { "lumen_memory_stats_evictions_set", _wrap_lumen_memory_stats_evictions_set, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_evictions_get", _wrap_lumen_memory_stats_evictions_get, METH_O, NULL},
+	 { "lumen_memory_stats_reloads_set", _wrap_lumen_memory_stats_reloads_set, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_reloads_get", _wrap_lumen_memory_stats_reloads_get, METH_O, NULL},
+	 { "lumen_memory_stats_prefetches_set", _wrap_lumen_memory_stats_prefetches_set, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_prefetches_get", _wrap_lumen_memory_stats_prefetches_get, METH_O, NULL},
+	 { "lumen_memory_stats_bytes_evicted_set", _wrap_lumen_memory_stats_bytes_evicted_set, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_bytes_evicted_get", _wrap_lumen_memory_stats_bytes_evicted_get, METH_O, NULL},
+	 { "lumen_memory_stats_bytes_reloaded_set", _wrap_lumen_memory_stats_bytes_reloaded_set, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_bytes_reloaded_get", _wrap_lumen_memory_stats_bytes_reloaded_get, METH_O, NULL},
+	 { "new_lumen_memory_stats", _wrap_new_lumen_memory_stats, METH_NOARGS, NULL},
+	 { "delete_lumen_memory_stats", _wrap_delete_lumen_memory_stats, METH_O, NULL},
+	 { "lumen_memory_stats_swigregister", lumen_memory_stats_swigregister, METH_O, NULL},
+	 { "lumen_memory_stats_swiginit", lumen_memory_stats_swiginit, METH_VARARGS, NULL},
+	 { "lumen_memory_stats_init", _wrap_lumen_memory_stats_init, METH_O, " Fills *stats with zeros and struct_size. NULL is a no-op. Since 0.3."},
+	 { "lumen_engine_stats", _wrap_lumen_engine_stats, METH_O, "\n"
+		"Writes the engine's session tiers and traffic to *out (see lumen_memory_stats). The\n"
+		"caller's struct_size says how many bytes to write (at least the 0.3 struct, at most 4096);\n"
+		"struct_size is left as the bytes written. Thread-safe. Since 0.3.\n"
+		""},
 	 { "lumen_session_create", _wrap_lumen_session_create, METH_O, "\n"
 		"Creates a session of the engine's model with every state zero and every token count 0.\n"
 		"The session keeps a reference to the engine. Free with lumen_session_destroy.\n"
@@ -8556,6 +10390,18 @@ static PyMethodDef SwigMethods[] = {
 	 { "lumen_session_destroy", _wrap_lumen_session_destroy, METH_O, " Frees a session and its state. NULL is a no-op."},
 	 { "lumen_session_fork", _wrap_lumen_session_fork, METH_O, " Creates *out as a deep copy of `session` (state and token counts) on the same engine."},
 	 { "lumen_session_reset", _wrap_lumen_session_reset, METH_O, " Sets every state to zero and every token count to 0."},
+	 { "lumen_session_prefetch", _wrap_lumen_session_prefetch, METH_O, "\n"
+		"Starts bringing an evicted session back into the engine's memory in the background (see\n"
+		"\"Session memory budget\"), so that the next call on it does not wait for the spill file;\n"
+		"returns at once. A session that is resident, or an engine without a budget, makes it a\n"
+		"no-op. If there is no room without evicting a session in use, or the reload fails, the\n"
+		"session stays evicted and the next call on it reloads it (and reports any error). The\n"
+		"session may be used, or destroyed, meanwhile. Since 0.3.\n"
+		""},
+	 { "lumen_session_resident", _wrap_lumen_session_resident, METH_O, "\n"
+		"Writes 1 to *out if the session's state is in the engine's memory, 0 if it is evicted\n"
+		"(see \"Session memory budget\"). Since 0.3.\n"
+		""},
 	 { "lumen_session_model", _wrap_lumen_session_model, METH_O, "\n"
 		"Writes a new reference to the session's model to *out (free it with lumen_model_destroy),\n"
 		"e.g. to size the buffers of lumen_session_read_state.\n"
@@ -8709,6 +10555,112 @@ static PyMethodDef SwigMethods[] = {
 		"LUMEN_ERROR_IO without waiting on it. A file whose size no snapshot of the session's model\n"
 		"can have is rejected after reading its head only (at most 32 + 56 * layers bytes).\n"
 		""},
+	 { "lumen_store_options_timeout_ms_set", _wrap_lumen_store_options_timeout_ms_set, METH_VARARGS, "\n"
+		"redis://: the limit, in milliseconds, on connecting and on each command's answer;\n"
+		"0 means 5000. Ignored by file://.\n"
+		""},
+	 { "lumen_store_options_timeout_ms_get", _wrap_lumen_store_options_timeout_ms_get, METH_O, "\n"
+		"redis://: the limit, in milliseconds, on connecting and on each command's answer;\n"
+		"0 means 5000. Ignored by file://.\n"
+		""},
+	 { "lumen_store_options_part_bytes_set", _wrap_lumen_store_options_part_bytes_set, METH_VARARGS, "\n"
+		"redis://: a snapshot larger than this many bytes is stored as parts of at most this\n"
+		"size; 0 means 4 MiB (4194304). At least 4096 and at most 512 MiB (Redis's largest\n"
+		"string). Ignored by file:// (one file per key).\n"
+		""},
+	 { "lumen_store_options_part_bytes_get", _wrap_lumen_store_options_part_bytes_get, METH_O, "\n"
+		"redis://: a snapshot larger than this many bytes is stored as parts of at most this\n"
+		"size; 0 means 4 MiB (4194304). At least 4096 and at most 512 MiB (Redis's largest\n"
+		"string). Ignored by file:// (one file per key).\n"
+		""},
+	 { "new_lumen_store_options", _wrap_new_lumen_store_options, METH_NOARGS, NULL},
+	 { "delete_lumen_store_options", _wrap_delete_lumen_store_options, METH_O, NULL},
+	 { "lumen_store_options_swigregister", lumen_store_options_swigregister, METH_O, NULL},
+	 { "lumen_store_options_swiginit", lumen_store_options_swiginit, METH_VARARGS, NULL},
+	 { "lumen_store_options_init", _wrap_lumen_store_options_init, METH_O, " Fills *options with defaults (timeout 5000 ms, parts of 4 MiB). NULL is a no-op. Since 0.3."},
+	 { "lumen_store_open", _wrap_lumen_store_open, METH_VARARGS, "\n"
+		"Opens the store `uri` (UTF-8) and writes it to *out; free it with lumen_store_destroy.\n"
+		"options may be NULL (defaults). Since 0.3.\n"
+		"\n"
+		"  file:///path/to/dir   a directory, created (mode 0700) if its parent exists and it does\n"
+		"                        not; each key is one file in it, saved atomically and durably as\n"
+		"                        lumen_session_save does (a temporary file, flushed, renamed), its\n"
+		"                        name the key with bytes other than [A-Za-z0-9_-] written %XX (cut\n"
+		"                        at 180 bytes and ended with a hash of the whole key when longer)\n"
+		"                        and the suffix \".lumen-store\"; saves to one key wait for each other\n"
+		"                        (flock on a lock file beside it). An expired file stays on disk\n"
+		"                        until the key is saved again or removed.\n"
+		"  redis://host[:port][/db]   a Redis server (port 6379 and database 0 by default; a\n"
+		"                        password as the URI's user information, redis://:secret@host),\n"
+		"                        through hiredis. The connection is made here. Keys live under\n"
+		"                        \"lumen:{key}:\" (one hash slot per key): a head that names the\n"
+		"                        value's generation, version and size, and the parts of each\n"
+		"                        generation, written first with a five-minute expiry; one Lua\n"
+		"                        script then checks the version, points the head at the new\n"
+		"                        generation, gives its parts the value's expiry (or none) and\n"
+		"                        deletes the old generation's parts. A save that dies before the\n"
+		"                        script leaves parts that expire by themselves. A read takes the\n"
+		"                        head, then its parts; should a newer save replace them meanwhile,\n"
+		"                        it reads again, at last through a script the server runs whole.\n"
+		"\n"
+		"Returns LUMEN_ERROR_INVALID_ARGUMENT for a URI that is not one of these (the message says\n"
+		"what is wrong) or bad options; LUMEN_ERROR_UNSUPPORTED for redis:// in a library built\n"
+		"without hiredis; LUMEN_ERROR_IO when the directory cannot be made or is not one;\n"
+		"LUMEN_ERROR_UNAVAILABLE or LUMEN_ERROR_TIMEOUT when the server cannot be reached, and\n"
+		"LUMEN_ERROR_IO when it refuses the password or the database.\n"
+		""},
+	 { "lumen_store_destroy", _wrap_lumen_store_destroy, METH_O, " Closes the store (its connection). NULL is a no-op. Since 0.3."},
+	 { "lumen_store_save_options_state_dtype_set", _wrap_lumen_store_save_options_state_dtype_set, METH_VARARGS, "\n"
+		"lumen_dtype of the stored state, as in lumen_snapshot_options: FLOAT32 (default) or\n"
+		"BFLOAT16.\n"
+		""},
+	 { "lumen_store_save_options_state_dtype_get", _wrap_lumen_store_save_options_state_dtype_get, METH_O, "\n"
+		"lumen_dtype of the stored state, as in lumen_snapshot_options: FLOAT32 (default) or\n"
+		"BFLOAT16.\n"
+		""},
+	 { "lumen_store_save_options_expiry_ms_set", _wrap_lumen_store_save_options_expiry_ms_set, METH_VARARGS, "\n"
+		"0 (default): the value never expires; > 0: it expires this many milliseconds after\n"
+		"the save, and the key then holds nothing.\n"
+		""},
+	 { "lumen_store_save_options_expiry_ms_get", _wrap_lumen_store_save_options_expiry_ms_get, METH_O, "\n"
+		"0 (default): the value never expires; > 0: it expires this many milliseconds after\n"
+		"the save, and the key then holds nothing.\n"
+		""},
+	 { "lumen_store_save_options_expected_version_set", _wrap_lumen_store_save_options_expected_version_set, METH_VARARGS, "\n"
+		"-1 (default): replace whatever the key holds; 0: save only if the key holds nothing;\n"
+		"n > 0: save only if the stored version is n. Otherwise LUMEN_ERROR_VERSION_CONFLICT.\n"
+		""},
+	 { "lumen_store_save_options_expected_version_get", _wrap_lumen_store_save_options_expected_version_get, METH_O, "\n"
+		"-1 (default): replace whatever the key holds; 0: save only if the key holds nothing;\n"
+		"n > 0: save only if the stored version is n. Otherwise LUMEN_ERROR_VERSION_CONFLICT.\n"
+		""},
+	 { "new_lumen_store_save_options", _wrap_new_lumen_store_save_options, METH_NOARGS, NULL},
+	 { "delete_lumen_store_save_options", _wrap_delete_lumen_store_save_options, METH_O, NULL},
+	 { "lumen_store_save_options_swigregister", lumen_store_save_options_swigregister, METH_O, NULL},
+	 { "lumen_store_save_options_swiginit", lumen_store_save_options_swiginit, METH_VARARGS, NULL},
+	 { "lumen_store_save_options_init", _wrap_lumen_store_save_options_init, METH_O, "\n"
+		"Fills *options with defaults (FLOAT32, no expiry, no version check). NULL is a no-op.\n"
+		"Since 0.3.\n"
+		""},
+	 { "lumen_store_save", _wrap_lumen_store_save, METH_VARARGS, "\n"
+		"Saves the session's snapshot under `key`, atomically (see above), and writes the version\n"
+		"it now has to *out_version (may be NULL). options may be NULL (defaults). The session is\n"
+		"only read. Returns LUMEN_ERROR_VERSION_CONFLICT, naming the stored version, when\n"
+		"options->expected_version is not -1 and differs from it (nothing is written), and the\n"
+		"errors listed above; after any error the key holds what it held before. Since 0.3.\n"
+		""},
+	 { "lumen_store_load", _wrap_lumen_store_load, METH_VARARGS, "\n"
+		"Replaces the session's state and token counts with the snapshot stored under `key`, as\n"
+		"lumen_session_restore does (all or nothing), and writes its version to *out_version (may\n"
+		"be NULL). Returns LUMEN_ERROR_NOT_FOUND for a key that holds nothing, the statuses of\n"
+		"lumen_session_restore for the value itself (LUMEN_ERROR_MODEL_MISMATCH,\n"
+		"LUMEN_ERROR_CORRUPT_SNAPSHOT, LUMEN_ERROR_SNAPSHOT_VERSION; a missing or resized part is\n"
+		"LUMEN_ERROR_CORRUPT_SNAPSHOT too), and the errors listed above. Since 0.3.\n"
+		""},
+	 { "lumen_store_remove", _wrap_lumen_store_remove, METH_VARARGS, "\n"
+		"Removes what the store holds under `key`. Returns LUMEN_ERROR_NOT_FOUND when it holds\n"
+		"nothing, and the errors listed above. Since 0.3.\n"
+		""},
 	 { "lumen_engine_scratch_bytes", _wrap_lumen_engine_scratch_bytes, METH_O, "\n"
 		"Writes the bytes of device scratch the engine holds now to *out: what lumen_engine_reserve\n"
 		"and the calls so far grew it to (for GPU engines at least 1 MiB once any call used it;\n"
@@ -8736,6 +10688,7 @@ static swig_type_info _swigt__p_lumen_layer_inputs = {"_p_lumen_layer_inputs", "
 static swig_type_info _swigt__p_lumen_layer_options = {"_p_lumen_layer_options", "lumen_layer_options *|struct lumen_layer_options *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_layer_output = {"_p_lumen_layer_output", "lumen_layer_output *|struct lumen_layer_output *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_memory = {"_p_lumen_memory", "lumen_memory *|enum lumen_memory *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_lumen_memory_stats = {"_p_lumen_memory_stats", "lumen_memory_stats *|struct lumen_memory_stats *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_model = {"_p_lumen_model", "lumen_model *|struct lumen_model *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_model_builder = {"_p_lumen_model_builder", "lumen_model_builder *|struct lumen_model_builder *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_param = {"_p_lumen_param", "lumen_param *|enum lumen_param *", 0, 0, (void*)0, 0};
@@ -8744,10 +10697,14 @@ static swig_type_info _swigt__p_lumen_session = {"_p_lumen_session", "lumen_sess
 static swig_type_info _swigt__p_lumen_snapshot_options = {"_p_lumen_snapshot_options", "lumen_snapshot_options *|struct lumen_snapshot_options *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_state_part = {"_p_lumen_state_part", "lumen_state_part *|enum lumen_state_part *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_status = {"_p_lumen_status", "lumen_status *|enum lumen_status *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_lumen_store = {"_p_lumen_store", "lumen_store *|struct lumen_store *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_lumen_store_options = {"_p_lumen_store_options", "lumen_store_options *|struct lumen_store_options *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_lumen_store_save_options = {"_p_lumen_store_save_options", "lumen_store_save_options *|struct lumen_store_save_options *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_p_lumen_engine = {"_p_p_lumen_engine", "lumen_engine **|struct lumen_engine **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_p_lumen_model = {"_p_p_lumen_model", "lumen_model **|struct lumen_model **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_p_lumen_model_builder = {"_p_p_lumen_model_builder", "lumen_model_builder **|struct lumen_model_builder **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_p_lumen_session = {"_p_p_lumen_session", "lumen_session **|struct lumen_session **", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_p_lumen_store = {"_p_p_lumen_store", "lumen_store **|struct lumen_store **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_short = {"_p_short", "int16_t *|int_least16_t *|short *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_signed_char = {"_p_signed_char", "int8_t *|int_fast8_t *|int_least8_t *|signed char *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_unsigned_char = {"_p_unsigned_char", "uint8_t *|uint_fast8_t *|uint_least8_t *|unsigned char *", 0, 0, (void*)0, 0};
@@ -8771,6 +10728,7 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_lumen_layer_options,
   &_swigt__p_lumen_layer_output,
   &_swigt__p_lumen_memory,
+  &_swigt__p_lumen_memory_stats,
   &_swigt__p_lumen_model,
   &_swigt__p_lumen_model_builder,
   &_swigt__p_lumen_param,
@@ -8779,10 +10737,14 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_lumen_snapshot_options,
   &_swigt__p_lumen_state_part,
   &_swigt__p_lumen_status,
+  &_swigt__p_lumen_store,
+  &_swigt__p_lumen_store_options,
+  &_swigt__p_lumen_store_save_options,
   &_swigt__p_p_lumen_engine,
   &_swigt__p_p_lumen_model,
   &_swigt__p_p_lumen_model_builder,
   &_swigt__p_p_lumen_session,
+  &_swigt__p_p_lumen_store,
   &_swigt__p_short,
   &_swigt__p_signed_char,
   &_swigt__p_unsigned_char,
@@ -8806,6 +10768,7 @@ static swig_cast_info _swigc__p_lumen_layer_inputs[] = {  {&_swigt__p_lumen_laye
 static swig_cast_info _swigc__p_lumen_layer_options[] = {  {&_swigt__p_lumen_layer_options, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_layer_output[] = {  {&_swigt__p_lumen_layer_output, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_memory[] = {  {&_swigt__p_lumen_memory, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_lumen_memory_stats[] = {  {&_swigt__p_lumen_memory_stats, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_model[] = {  {&_swigt__p_lumen_model, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_model_builder[] = {  {&_swigt__p_lumen_model_builder, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_param[] = {  {&_swigt__p_lumen_param, 0, 0, 0},{0, 0, 0, 0}};
@@ -8814,10 +10777,14 @@ static swig_cast_info _swigc__p_lumen_session[] = {  {&_swigt__p_lumen_session, 
 static swig_cast_info _swigc__p_lumen_snapshot_options[] = {  {&_swigt__p_lumen_snapshot_options, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_state_part[] = {  {&_swigt__p_lumen_state_part, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_status[] = {  {&_swigt__p_lumen_status, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_lumen_store[] = {  {&_swigt__p_lumen_store, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_lumen_store_options[] = {  {&_swigt__p_lumen_store_options, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_lumen_store_save_options[] = {  {&_swigt__p_lumen_store_save_options, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_p_lumen_engine[] = {  {&_swigt__p_p_lumen_engine, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_p_lumen_model[] = {  {&_swigt__p_p_lumen_model, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_p_lumen_model_builder[] = {  {&_swigt__p_p_lumen_model_builder, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_p_lumen_session[] = {  {&_swigt__p_p_lumen_session, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_p_lumen_store[] = {  {&_swigt__p_p_lumen_store, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_short[] = {  {&_swigt__p_short, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_signed_char[] = {  {&_swigt__p_signed_char, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_unsigned_char[] = {  {&_swigt__p_unsigned_char, 0, 0, 0},{0, 0, 0, 0}};
@@ -8841,6 +10808,7 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_lumen_layer_options,
   _swigc__p_lumen_layer_output,
   _swigc__p_lumen_memory,
+  _swigc__p_lumen_memory_stats,
   _swigc__p_lumen_model,
   _swigc__p_lumen_model_builder,
   _swigc__p_lumen_param,
@@ -8849,10 +10817,14 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_lumen_snapshot_options,
   _swigc__p_lumen_state_part,
   _swigc__p_lumen_status,
+  _swigc__p_lumen_store,
+  _swigc__p_lumen_store_options,
+  _swigc__p_lumen_store_save_options,
   _swigc__p_p_lumen_engine,
   _swigc__p_p_lumen_model,
   _swigc__p_p_lumen_model_builder,
   _swigc__p_p_lumen_session,
+  _swigc__p_p_lumen_store,
   _swigc__p_short,
   _swigc__p_signed_char,
   _swigc__p_unsigned_char,
@@ -9347,6 +11319,10 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "LUMEN_ERROR_CORRUPT_SNAPSHOT",SWIG_From_int((int)(LUMEN_ERROR_CORRUPT_SNAPSHOT)));
   SWIG_Python_SetConstant(d, "LUMEN_ERROR_SNAPSHOT_VERSION",SWIG_From_int((int)(LUMEN_ERROR_SNAPSHOT_VERSION)));
   SWIG_Python_SetConstant(d, "LUMEN_ERROR_IO",SWIG_From_int((int)(LUMEN_ERROR_IO)));
+  SWIG_Python_SetConstant(d, "LUMEN_ERROR_NOT_FOUND",SWIG_From_int((int)(LUMEN_ERROR_NOT_FOUND)));
+  SWIG_Python_SetConstant(d, "LUMEN_ERROR_VERSION_CONFLICT",SWIG_From_int((int)(LUMEN_ERROR_VERSION_CONFLICT)));
+  SWIG_Python_SetConstant(d, "LUMEN_ERROR_UNAVAILABLE",SWIG_From_int((int)(LUMEN_ERROR_UNAVAILABLE)));
+  SWIG_Python_SetConstant(d, "LUMEN_ERROR_TIMEOUT",SWIG_From_int((int)(LUMEN_ERROR_TIMEOUT)));
   SWIG_Python_SetConstant(d, "LUMEN_FAMILY_LINEAR_ATTN",SWIG_From_int((int)(LUMEN_FAMILY_LINEAR_ATTN)));
   SWIG_Python_SetConstant(d, "LUMEN_FAMILY_RETENTION",SWIG_From_int((int)(LUMEN_FAMILY_RETENTION)));
   SWIG_Python_SetConstant(d, "LUMEN_FAMILY_SSD",SWIG_From_int((int)(LUMEN_FAMILY_SSD)));

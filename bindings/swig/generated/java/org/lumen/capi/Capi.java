@@ -321,6 +321,24 @@ public class Capi implements CapiConstants {
   }
 
   /**
+   *  Fills *stats with zeros and struct_size. NULL is a no-op. Since 0.3. 
+   */
+  public static void lumen_memory_stats_init(MemoryStats stats) {
+    CapiJNI.lumen_memory_stats_init(MemoryStats.getCPtr(stats), stats);
+  }
+
+  /**
+   * Writes the engine's session tiers and traffic to *out (see lumen_memory_stats). The<br>
+   * caller's struct_size says how many bytes to write (at least the 0.3 struct, at most 4096);<br>
+   * struct_size is left as the bytes written. Thread-safe. Since 0.3.
+   */
+  public static int lumen_engine_stats(long engine, MemoryStats out) {
+    int status = CapiJNI.lumen_engine_stats(engine, MemoryStats.getCPtr(out), out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
    * Creates a session of the engine's model with every state zero and every token count 0.<br>
    * The session keeps a reference to the engine. Free with lumen_session_destroy.
    */
@@ -351,6 +369,30 @@ public class Capi implements CapiConstants {
    */
   public static int lumen_session_reset(long session) {
     int status = CapiJNI.lumen_session_reset(session);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Starts bringing an evicted session back into the engine's memory in the background (see<br>
+   * "Session memory budget"), so that the next call on it does not wait for the spill file;<br>
+   * returns at once. A session that is resident, or an engine without a budget, makes it a<br>
+   * no-op. If there is no room without evicting a session in use, or the reload fails, the<br>
+   * session stays evicted and the next call on it reloads it (and reports any error). The<br>
+   * session may be used, or destroyed, meanwhile. Since 0.3.
+   */
+  public static int lumen_session_prefetch(long session) {
+    int status = CapiJNI.lumen_session_prefetch(session);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Writes 1 to *out if the session's state is in the engine's memory, 0 if it is evicted<br>
+   * (see "Session memory budget"). Since 0.3.
+   */
+  public static int lumen_session_resident(long session, int[] out) {
+    int status = CapiJNI.lumen_session_resident(session, out);
     org.lumen.LumenException.check(status);
     return status;
   }
@@ -546,6 +588,102 @@ public class Capi implements CapiConstants {
    */
   public static int lumen_session_load(long session, String path) {
     int status = CapiJNI.lumen_session_load(session, path);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   *  Fills *options with defaults (timeout 5000 ms, parts of 4 MiB). NULL is a no-op. Since 0.3. 
+   */
+  public static void lumen_store_options_init(StoreOptions options) {
+    CapiJNI.lumen_store_options_init(StoreOptions.getCPtr(options), options);
+  }
+
+  /**
+   * Opens the store `uri` (UTF-8) and writes it to *out; free it with lumen_store_destroy.<br>
+   * options may be NULL (defaults). Since 0.3.<br>
+   * <br>
+   *   file:///path/to/dir   a directory, created (mode 0700) if its parent exists and it does<br>
+   *                         not; each key is one file in it, saved atomically and durably as<br>
+   *                         lumen_session_save does (a temporary file, flushed, renamed), its<br>
+   *                         name the key with bytes other than [A-Za-z0-9_-] written %XX (cut<br>
+   *                         at 180 bytes and ended with a hash of the whole key when longer)<br>
+   *                         and the suffix ".lumen-store"; saves to one key wait for each other<br>
+   *                         (flock on a lock file beside it). An expired file stays on disk<br>
+   *                         until the key is saved again or removed.<br>
+   *   redis://host[:port][/db]   a Redis server (port 6379 and database 0 by default; a<br>
+   *                         password as the URI's user information, redis://:secret@host),<br>
+   *                         through hiredis. The connection is made here. Keys live under<br>
+   *                         "lumen:{key}:" (one hash slot per key): a head that names the<br>
+   *                         value's generation, version and size, and the parts of each<br>
+   *                         generation, written first with a five-minute expiry; one Lua<br>
+   *                         script then checks the version, points the head at the new<br>
+   *                         generation, gives its parts the value's expiry (or none) and<br>
+   *                         deletes the old generation's parts. A save that dies before the<br>
+   *                         script leaves parts that expire by themselves. A read takes the<br>
+   *                         head, then its parts; should a newer save replace them meanwhile,<br>
+   *                         it reads again, at last through a script the server runs whole.<br>
+   * <br>
+   * Returns LUMEN_ERROR_INVALID_ARGUMENT for a URI that is not one of these (the message says<br>
+   * what is wrong) or bad options; LUMEN_ERROR_UNSUPPORTED for redis:// in a library built<br>
+   * without hiredis; LUMEN_ERROR_IO when the directory cannot be made or is not one;<br>
+   * LUMEN_ERROR_UNAVAILABLE or LUMEN_ERROR_TIMEOUT when the server cannot be reached, and<br>
+   * LUMEN_ERROR_IO when it refuses the password or the database.
+   */
+  public static int lumen_store_open(String uri, StoreOptions options, long[] out) {
+    int status = CapiJNI.lumen_store_open(uri, StoreOptions.getCPtr(options), options, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   *  Closes the store (its connection). NULL is a no-op. Since 0.3. 
+   */
+  public static void lumen_store_destroy(long store) {
+    CapiJNI.lumen_store_destroy(store);
+  }
+
+  /**
+   *  Fills *options with defaults (FLOAT32, no expiry, no version check). NULL is a no-op.<br>
+   *  Since 0.3. 
+   */
+  public static void lumen_store_save_options_init(StoreSaveOptions options) {
+    CapiJNI.lumen_store_save_options_init(StoreSaveOptions.getCPtr(options), options);
+  }
+
+  /**
+   * Saves the session's snapshot under `key`, atomically (see above), and writes the version<br>
+   * it now has to *out_version (may be NULL). options may be NULL (defaults). The session is<br>
+   * only read. Returns LUMEN_ERROR_VERSION_CONFLICT, naming the stored version, when<br>
+   * options-&gt;expected_version is not -1 and differs from it (nothing is written), and the<br>
+   * errors listed above; after any error the key holds what it held before. Since 0.3.
+   */
+  public static int lumen_store_save(long store, String key, long session, StoreSaveOptions options, long[] out_version) {
+    int status = CapiJNI.lumen_store_save(store, key, session, StoreSaveOptions.getCPtr(options), options, out_version);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Replaces the session's state and token counts with the snapshot stored under `key`, as<br>
+   * lumen_session_restore does (all or nothing), and writes its version to *out_version (may<br>
+   * be NULL). Returns LUMEN_ERROR_NOT_FOUND for a key that holds nothing, the statuses of<br>
+   * lumen_session_restore for the value itself (LUMEN_ERROR_MODEL_MISMATCH,<br>
+   * LUMEN_ERROR_CORRUPT_SNAPSHOT, LUMEN_ERROR_SNAPSHOT_VERSION; a missing or resized part is<br>
+   * LUMEN_ERROR_CORRUPT_SNAPSHOT too), and the errors listed above. Since 0.3.
+   */
+  public static int lumen_store_load(long store, String key, long session, long[] out_version) {
+    int status = CapiJNI.lumen_store_load(store, key, session, out_version);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Removes what the store holds under `key`. Returns LUMEN_ERROR_NOT_FOUND when it holds<br>
+   * nothing, and the errors listed above. Since 0.3.
+   */
+  public static int lumen_store_remove(long store, String key) {
+    int status = CapiJNI.lumen_store_remove(store, key);
     org.lumen.LumenException.check(status);
     return status;
   }

@@ -69,6 +69,22 @@ public class EngineOptions implements AutoCloseable {
     return CapiJNI.EngineOptions_device_get(swigCPtr, this);
   }
 
+  public void setMemoryBudgetBytes(long value) {
+    CapiJNI.EngineOptions_memoryBudgetBytes_set(swigCPtr, this, value);
+  }
+
+  public long getMemoryBudgetBytes() {
+    return CapiJNI.EngineOptions_memoryBudgetBytes_get(swigCPtr, this);
+  }
+
+  public void setSpillDirectory(String value) {
+    CapiJNI.EngineOptions_spillDirectory_set(swigCPtr, this, value);
+  }
+
+  public String getSpillDirectory() {
+    return CapiJNI.EngineOptions_spillDirectory_get(swigCPtr, this);
+  }
+
   public EngineOptions() {
     this(CapiJNI.new_EngineOptions(), true);
   }

@@ -57,5 +57,21 @@ public final class LumenStatus {
    *  A file could not be opened, read, written, flushed or renamed. 
    */
   public final static int IO = 11;
+  /**
+   *  A store holds no value under the key (never saved, removed, or expired). 
+   */
+  public final static int NOT_FOUND = 12;
+  /**
+   *  A save's expected version is not the stored one: another writer saved first. 
+   */
+  public final static int VERSION_CONFLICT = 13;
+  /**
+   *  A store's server cannot be reached, or closed the connection during the call. 
+   */
+  public final static int UNAVAILABLE = 14;
+  /**
+   *  A store's server did not answer within the store's timeout. 
+   */
+  public final static int TIMEOUT = 15;
 }
 
