@@ -148,7 +148,7 @@ extern "C" {
  * promise (see there).
  */
 #define LUMEN_VERSION_MAJOR 0
-#define LUMEN_VERSION_MINOR 2
+#define LUMEN_VERSION_MINOR 3
 #define LUMEN_VERSION_PATCH 0
 /** MAJOR * 10000 + MINOR * 100 + PATCH of this header. Since 0.2. */
 #define LUMEN_VERSION_NUMBER \

@@ -47,7 +47,7 @@ pub use session::Session;
 pub use store::Store;
 pub use tensor::{Bf16, Element, F16, Inputs};
 
-/// The loaded library's version, e.g. "0.2.0".
+/// The loaded library's version, e.g. "0.3.0".
 pub fn version() -> String {
     // SAFETY: lumen_version_string returns a static NUL-terminated string.
     unsafe { std::ffi::CStr::from_ptr(sys::lumen_version_string()) }

@@ -254,9 +254,9 @@ public class Capi {
   }
 
   public const int LUMEN_VERSION_MAJOR = 0;
-  public const int LUMEN_VERSION_MINOR = 2;
+  public const int LUMEN_VERSION_MINOR = 3;
   public const int LUMEN_VERSION_PATCH = 0;
-  public const int LUMEN_VERSION_NUMBER = (0*10000+2*100+0);
+  public const int LUMEN_VERSION_NUMBER = (0*10000+3*100+0);
 }
 
 }
