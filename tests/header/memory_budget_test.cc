@@ -268,8 +268,10 @@ TEST_CASE("lumen_memory_stats_init takes NULL; lumen_engine_stats writes the str
           "[header][budget]") {
   LUMEN_CLAIM("lumen_memory_stats_init", "NULL is a no-op.");
   LUMEN_CLAIM("lumen_engine_stats",
-              "The caller's struct_size says how many bytes to write (at least the 0.3 struct, "
-              "at most 4096); struct_size is left as the bytes written.");
+              "The caller's struct_size says how many bytes may be written (at least the 0.3 "
+              "struct, at most 4096, else LUMEN_ERROR_INVALID_ARGUMENT): the call writes the "
+              "fields that lie wholly inside it, none beyond this header's sizeof, and sets "
+              "struct_size to the bytes written.");
   lumen_memory_stats_init(nullptr);
   BudgetCase c(1);
   SessionPtr s = c.NewSession();
@@ -305,6 +307,9 @@ TEST_CASE("prefetch is a no-op for a resident session and on an engine without a
           "[header][budget]") {
   LUMEN_CLAIM("lumen_session_prefetch",
               "A session that is resident, or an engine without a budget, makes it a no-op.");
+  LUMEN_CLAIM("lumen_memory_stats",
+              "An engine without a budget counts nothing: every field is 0 (all its sessions are "
+              "resident).");
   // Without a budget: every session is resident, and stays so.
   const Stack plain({SmallLayer(LUMEN_FAMILY_GLA)});
   SessionPtr s = plain.NewSession();
@@ -315,9 +320,12 @@ TEST_CASE("prefetch is a no-op for a resident session and on an engine without a
   lumen_memory_stats stats;
   lumen_memory_stats_init(&stats);
   REQUIRE_OK(lumen_engine_stats(plain.engine.get(), &stats));
-  CHECK(stats.memory_budget_bytes == 0);
-  CHECK(stats.prefetches == 0);
-  CHECK(stats.evictions == 0);
+  for (int64_t field : {stats.memory_budget_bytes, stats.resident_sessions, stats.resident_bytes,
+                        stats.host_sessions, stats.host_bytes, stats.spilled_sessions,
+                        stats.spilled_bytes, stats.evictions, stats.reloads, stats.prefetches,
+                        stats.bytes_evicted, stats.bytes_reloaded}) {
+    CHECK(field == 0);
+  }
   CHECK(TakeSnapshot(s.get()) == before);
   // A resident session of an engine with a budget: nothing moves.
   BudgetCase c(2);
