@@ -230,7 +230,8 @@ LUMEN_CLAIM_UNPROVEN("Session memory budget",
                      "OUT_OF_MEMORY because the other sessions are in use by other threads is not "
                      "tested: it needs calls on other threads held at a chosen point while this "
                      "one runs, which no public call allows without timing. The read-only case "
-                     "is skipped when the tests run as root, as CI's do.");
+                     "is skipped when the tests run as root (root writes into read-only "
+                     "directories).");
 
 TEST_CASE("a budget below one session's state is INVALID_ARGUMENT", "[header][budget]") {
   LUMEN_CLAIM("Session memory budget",

@@ -63,7 +63,8 @@ Bytes ReadBytes(const fs::path& path) {
 void WriteBytes(const fs::path& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   REQUIRE(out);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   REQUIRE(out);
 }
 
@@ -236,7 +237,8 @@ TEST_CASE("versions count saves; an expected version that differs is VERSION_CON
               "writer saved in between, the save fails with LUMEN_ERROR_VERSION_CONFLICT and "
               "stores nothing, so that two machines cannot silently overwrite each other's "
               "newer state.");
-  LUMEN_CLAIM("lumen_store_save_options.expected_version", "Otherwise LUMEN_ERROR_VERSION_CONFLICT.");
+  LUMEN_CLAIM("lumen_store_save_options.expected_version",
+              "Otherwise LUMEN_ERROR_VERSION_CONFLICT.");
   LUMEN_CLAIM("lumen_store_save",
               "Returns LUMEN_ERROR_VERSION_CONFLICT, naming the stored version, when "
               "options->expected_version is not -1 and differs from it (nothing is written), and "
@@ -471,8 +473,8 @@ LUMEN_CLAIM_UNPROVEN("Session stores",
                      "memory), LUMEN_ERROR_IO.",
                      "a command the Redis server refuses (IO) is not tested: it needs a server "
                      "run with a tiny maxmemory. The read-only directory case of "
-                     "tests/store/file_store_test.cc is skipped when the tests run as root, "
-                     "as CI's do.");
+                     "tests/store/file_store_test.cc is skipped when the tests run as root "
+                     "(root writes into read-only directories).");
 
 LUMEN_CLAIM_PROVEN_ELSEWHERE("lumen_store_save",
                              "Returns LUMEN_ERROR_VERSION_CONFLICT, naming the stored version, "
