@@ -51,6 +51,15 @@ struct StructHistory<lumen_layer_inputs> {
       {LUMEN_ADDED_FIELD(lumen_layer_inputs, stream)}};
 };
 
+// 0.2's lumen_engine_options ended before memory_budget_bytes: its engines have no budget.
+template <>
+struct StructHistory<lumen_engine_options> {
+  static constexpr uint32_t kFirstSize = offsetof(lumen_engine_options, memory_budget_bytes);
+  static constexpr std::array<AddedField, 2> kAddedFields{
+      {LUMEN_ADDED_FIELD(lumen_engine_options, memory_budget_bytes),
+       LUMEN_ADDED_FIELD(lumen_engine_options, spill_directory)}};
+};
+
 #undef LUMEN_ADDED_FIELD
 
 // Whether the added fields follow the first version and each other without a gap and end at
@@ -72,10 +81,6 @@ static_assert(AddedFieldsTile<lumen_layer_output>());
 static_assert(AddedFieldsTile<lumen_engine_options>());
 static_assert(AddedFieldsTile<lumen_reservation>());
 static_assert(AddedFieldsTile<lumen_snapshot_options>());
-
-// 0.2's lumen_engine_options ended before memory_budget_bytes: its engines have no budget.
-inline constexpr uint32_t kEngineOptionsSizeV0 = offsetof(lumen_engine_options,
-                                                         memory_budget_bytes);
 
 // 0.3's lumen_memory_stats is the first: a caller's struct is at least that.
 inline constexpr uint32_t kEngineStatsSizeV0 = sizeof(lumen_memory_stats);

@@ -51,8 +51,7 @@ lumen_status lumen_engine_create(const lumen_model* model, const lumen_engine_op
   lumen_engine_options resolved;
   lumen_engine_options_init(&resolved);
   if (options != nullptr) {
-    absl::Status size = lumen::CheckStructSize(*options, "lumen_engine_options",
-                                               lumen::kEngineOptionsSizeV0);
+    absl::Status size = lumen::CheckStructSize(*options, "lumen_engine_options");
     if (!size.ok()) return FromStatus(size);
     resolved = lumen::CurrentLayout(*options);
   }

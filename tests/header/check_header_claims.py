@@ -124,7 +124,8 @@ def comment_text(lines):
         line = re.sub(r"\*+/\s*$", "", line)
         line = re.sub(r"^\s*\*(?!/) ?", "", line)
         body.append(line)
-    return squash(" ".join(body)).lstrip("- ")
+    # A list item's dash, not a number's sign ("-1 (default)").
+    return re.sub(r"^(?:-+$|- )", "", squash(" ".join(body)))
 
 
 def declared_name(code, struct):
@@ -147,6 +148,33 @@ def declared_name(code, struct):
     return None
 
 
+RULE = re.compile(r"\s*/\* -+ \*/\s*$")
+BOX_LINE = re.compile(r"\s*/\*.*\*/\s*$")
+EMPTY_BOX_LINE = re.compile(r"\s*/\*\s*\*/\s*$")
+
+
+def banner_title(text):
+    """A section's name from its banner ("Session stores (since 0.3)": "Session stores")."""
+    m = re.fullmatch(r"([A-Z][A-Za-z ]+?)(?: \(since [0-9.]+\))?", text)
+    return m.group(1) if m else None
+
+
+def boxed_section(lines, i):
+    """At a banner box's top rule: (the title's line, the prose's lines, the line after
+    the bottom rule); None anywhere else. The box is one-line comments between two rules."""
+    if not RULE.match(lines[i]):
+        return None
+    k = i + 1
+    while k < len(lines) and BOX_LINE.match(lines[k]) and not RULE.match(lines[k]):
+        k += 1
+    if k == i + 1 or k >= len(lines) or not RULE.match(lines[k]):
+        return None
+    inside = [j for j in range(i + 1, k) if not EMPTY_BOX_LINE.match(lines[j])]
+    if not inside or not banner_title(comment_text([lines[inside[0]]])):
+        return None
+    return inside[0], inside[1:], k + 1
+
+
 def header_sentences(root, header_text=None):
     """[(subject, sentence)] of every sentence of lumen.h's comments (or of header_text, a
     version of it), in order."""
@@ -163,6 +191,17 @@ def header_sentences(root, header_text=None):
         start = line.find("/*")
         if start < 0:
             i += 1
+            continue
+        box = boxed_section(lines, i)
+        if box:
+            # A section's banner box: its title line, then any prose under it, whose
+            # sentences are the section's (its subject).
+            title_line, prose, end = box
+            comments.append((title_line, title_line, [lines[title_line]], None, False))
+            if prose:
+                title = banner_title(comment_text([lines[title_line]]))
+                comments.append((prose[0], prose[-1], [lines[k] for k in prose], title, False))
+            i = end
             continue
         code = line[:start]
         j = i
@@ -190,9 +229,9 @@ def header_sentences(root, header_text=None):
                 for sentence in split_sentences(comment_text(raws)):
                     claims.append((part, sentence))
             continue
-        banner = re.fullmatch(r"([A-Z][A-Za-z ]+)", text)
-        if banner and last + 1 < len(lines) and lines[last + 1].lstrip().startswith("/* -"):
-            section = banner.group(1)
+        if banner_title(text) and last + 1 < len(lines) and (
+                RULE.match(lines[last + 1]) or EMPTY_BOX_LINE.match(lines[last + 1])):
+            section = banner_title(text)
             continue
         if subject is None:
             # A comment on lines of its own documents the first declaration after it (a
@@ -337,7 +376,8 @@ def self_test(root):
         failures.append("the header as it is has problems (run without --self-test)")
     subjects = {subject for subject, _ in claims}
     for expected in ("Conventions", "GPU engines", "lumen_status_string", "lumen_session_load",
-                     "lumen_engine_options.num_threads", "lumen_engine_step_batch"):
+                     "lumen_engine_options.num_threads", "lumen_engine_step_batch",
+                     "Session stores", "Session memory budget"):
         if expected not in subjects:
             failures.append(f"no claim found under {expected}")
     # (what, text of the header, its replacement, what an error must quote)

@@ -349,12 +349,16 @@ TEST_CASE("struct_size: a size between fields from the first version up is accep
   CheckSizesUpToSizeof("lumen_layer_inputs", calls.inputs, offsetof(lumen_layer_inputs, stream),
                        {sizeof(lumen_layer_inputs)},
                        [&](const lumen_layer_inputs* in) { return calls.StepWithInputs(in); });
+  // lumen_engine_options: 0.2's struct ended before memory_budget_bytes; the budget's two
+  // fields came in 0.3.
+  CheckSizesUpToSizeof("lumen_engine_options", calls.engine_options,
+                       offsetof(lumen_engine_options, memory_budget_bytes),
+                       {offsetof(lumen_engine_options, spill_directory),
+                        sizeof(lumen_engine_options)},
+                       [&](const lumen_engine_options* o) { return calls.CreateEngine(o); });
   // The structs still at their first version.
   CheckSizesUpToSizeof("lumen_layer_output", calls.output, sizeof(lumen_layer_output), {},
                        [&](lumen_layer_output* o) { return calls.StepWithOutput(o); });
-  CheckSizesUpToSizeof("lumen_engine_options", calls.engine_options,
-                       sizeof(lumen_engine_options), {},
-                       [&](const lumen_engine_options* o) { return calls.CreateEngine(o); });
   CheckSizesUpToSizeof("lumen_snapshot_options", calls.snapshot_options,
                        sizeof(lumen_snapshot_options), {},
                        [&](const lumen_snapshot_options* o) { return calls.SnapshotSize(o); });

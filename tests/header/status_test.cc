@@ -18,8 +18,9 @@ TEST_CASE("lumen_status_string names every status, and any other value UNKNOWN_S
               "...), or \"LUMEN_ERROR_UNKNOWN_STATUS\" for any other value; never NULL.");
   CHECK(std::string(lumen_status_string(LUMEN_OK)) == "LUMEN_OK");
   CHECK(std::string(lumen_status_string(LUMEN_ERROR_IO)) == "LUMEN_ERROR_IO");
+  CHECK(std::string(lumen_status_string(LUMEN_ERROR_TIMEOUT)) == "LUMEN_ERROR_TIMEOUT");
   std::set<std::string> names;
-  for (int32_t status = LUMEN_OK; status <= LUMEN_ERROR_IO; ++status) {
+  for (int32_t status = LUMEN_OK; status <= LUMEN_ERROR_TIMEOUT; ++status) {
     const char* name = lumen_status_string(status);
     REQUIRE(name != nullptr);
     INFO(status << ": " << name);
@@ -27,8 +28,8 @@ TEST_CASE("lumen_status_string names every status, and any other value UNKNOWN_S
     CHECK(std::string(name) != "LUMEN_ERROR_UNKNOWN_STATUS");
     names.insert(name);
   }
-  CHECK(names.size() == static_cast<size_t>(LUMEN_ERROR_IO) + 1);
-  for (int32_t other : {-1, LUMEN_ERROR_IO + 1, 1000, INT32_MIN, INT32_MAX}) {
+  CHECK(names.size() == static_cast<size_t>(LUMEN_ERROR_TIMEOUT) + 1);
+  for (int32_t other : {-1, LUMEN_ERROR_TIMEOUT + 1, 1000, INT32_MIN, INT32_MAX}) {
     const char* name = lumen_status_string(other);
     REQUIRE(name != nullptr);
     CHECK(std::string(name) == "LUMEN_ERROR_UNKNOWN_STATUS");
@@ -50,9 +51,14 @@ TEST_CASE("status values are fixed: each keeps the number it was released with",
   CHECK(LUMEN_ERROR_CORRUPT_SNAPSHOT == 9);
   CHECK(LUMEN_ERROR_SNAPSHOT_VERSION == 10);
   CHECK(LUMEN_ERROR_IO == 11);
+  CHECK(LUMEN_ERROR_NOT_FOUND == 12);
+  CHECK(LUMEN_ERROR_VERSION_CONFLICT == 13);
+  CHECK(LUMEN_ERROR_UNAVAILABLE == 14);
+  CHECK(LUMEN_ERROR_TIMEOUT == 15);
   // And the library agrees with the header on each.
   CHECK(std::string(lumen_status_string(9)) == "LUMEN_ERROR_CORRUPT_SNAPSHOT");
   CHECK(std::string(lumen_status_string(11)) == "LUMEN_ERROR_IO");
+  CHECK(std::string(lumen_status_string(15)) == "LUMEN_ERROR_TIMEOUT");
 }
 
 }  // namespace

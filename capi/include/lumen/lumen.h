@@ -596,7 +596,8 @@ LUMEN_API lumen_status lumen_engine_reserve(lumen_engine* engine,
 
 /**
  * Where an engine's session state is and how much has moved. Sizes count state bytes as the
- * budget does. Set struct_size (lumen_memory_stats_init does) before lumen_engine_stats.
+ * budget does. An engine without a budget counts nothing: every field is 0 (all its sessions
+ * are resident). Set struct_size (lumen_memory_stats_init does) before lumen_engine_stats.
  * Since 0.3.
  */
 typedef struct lumen_memory_stats {
@@ -620,8 +621,10 @@ LUMEN_API void lumen_memory_stats_init(lumen_memory_stats* stats);
 
 /**
  * Writes the engine's session tiers and traffic to *out (see lumen_memory_stats). The
- * caller's struct_size says how many bytes to write (at least the 0.3 struct, at most 4096);
- * struct_size is left as the bytes written. Thread-safe. Since 0.3.
+ * caller's struct_size says how many bytes may be written (at least the 0.3 struct, at most
+ * 4096, else LUMEN_ERROR_INVALID_ARGUMENT): the call writes the fields that lie wholly inside
+ * it, none beyond this header's sizeof, and sets struct_size to the bytes written.
+ * Thread-safe. Since 0.3.
  */
 LUMEN_API lumen_status lumen_engine_stats(const lumen_engine* engine, lumen_memory_stats* out);
 

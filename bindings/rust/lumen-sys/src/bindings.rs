@@ -852,7 +852,8 @@ extern "C" {
     ) -> lumen_status;
 }
 #[doc = " Where an engine's session state is and how much has moved. Sizes count state bytes as the"]
-#[doc = " budget does. Set struct_size (lumen_memory_stats_init does) before lumen_engine_stats."]
+#[doc = " budget does. An engine without a budget counts nothing: every field is 0 (all its sessions"]
+#[doc = " are resident). Set struct_size (lumen_memory_stats_init does) before lumen_engine_stats."]
 #[doc = " Since 0.3."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -1111,8 +1112,10 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Writes the engine's session tiers and traffic to *out (see lumen_memory_stats). The"]
-    #[doc = " caller's struct_size says how many bytes to write (at least the 0.3 struct, at most 4096);"]
-    #[doc = " struct_size is left as the bytes written. Thread-safe. Since 0.3."]
+    #[doc = " caller's struct_size says how many bytes may be written (at least the 0.3 struct, at most"]
+    #[doc = " 4096, else LUMEN_ERROR_INVALID_ARGUMENT): the call writes the fields that lie wholly inside"]
+    #[doc = " it, none beyond this header's sizeof, and sets struct_size to the bytes written."]
+    #[doc = " Thread-safe. Since 0.3."]
     pub fn lumen_engine_stats(
         engine: *const lumen_engine,
         out: *mut lumen_memory_stats,

@@ -461,7 +461,8 @@ def lumen_engine_reserve(engine, reservation):
 class lumen_memory_stats(object):
     r"""
     Where an engine's session state is and how much has moved. Sizes count state bytes as the
-    budget does. Set struct_size (lumen_memory_stats_init does) before lumen_engine_stats.
+    budget does. An engine without a budget counts nothing: every field is 0 (all its sessions
+    are resident). Set struct_size (lumen_memory_stats_init does) before lumen_engine_stats.
     Since 0.3.
     """
 
@@ -494,8 +495,10 @@ def lumen_memory_stats_init(stats):
 def lumen_engine_stats(engine):
     r"""
     Writes the engine's session tiers and traffic to *out (see lumen_memory_stats). The
-    caller's struct_size says how many bytes to write (at least the 0.3 struct, at most 4096);
-    struct_size is left as the bytes written. Thread-safe. Since 0.3.
+    caller's struct_size says how many bytes may be written (at least the 0.3 struct, at most
+    4096, else LUMEN_ERROR_INVALID_ARGUMENT): the call writes the fields that lie wholly inside
+    it, none beyond this header's sizeof, and sets struct_size to the bytes written.
+    Thread-safe. Since 0.3.
     """
     return _capi.lumen_engine_stats(engine)
 

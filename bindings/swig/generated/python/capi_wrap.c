@@ -10380,8 +10380,10 @@ static PyMethodDef SwigMethods[] = {
 	 { "lumen_memory_stats_init", _wrap_lumen_memory_stats_init, METH_O, " Fills *stats with zeros and struct_size. NULL is a no-op. Since 0.3."},
 	 { "lumen_engine_stats", _wrap_lumen_engine_stats, METH_O, "\n"
 		"Writes the engine's session tiers and traffic to *out (see lumen_memory_stats). The\n"
-		"caller's struct_size says how many bytes to write (at least the 0.3 struct, at most 4096);\n"
-		"struct_size is left as the bytes written. Thread-safe. Since 0.3.\n"
+		"caller's struct_size says how many bytes may be written (at least the 0.3 struct, at most\n"
+		"4096, else LUMEN_ERROR_INVALID_ARGUMENT): the call writes the fields that lie wholly inside\n"
+		"it, none beyond this header's sizeof, and sets struct_size to the bytes written.\n"
+		"Thread-safe. Since 0.3.\n"
 		""},
 	 { "lumen_session_create", _wrap_lumen_session_create, METH_O, "\n"
 		"Creates a session of the engine's model with every state zero and every token count 0.\n"

@@ -329,8 +329,10 @@ public class Capi implements CapiConstants {
 
   /**
    * Writes the engine's session tiers and traffic to *out (see lumen_memory_stats). The<br>
-   * caller's struct_size says how many bytes to write (at least the 0.3 struct, at most 4096);<br>
-   * struct_size is left as the bytes written. Thread-safe. Since 0.3.
+   * caller's struct_size says how many bytes may be written (at least the 0.3 struct, at most<br>
+   * 4096, else LUMEN_ERROR_INVALID_ARGUMENT): the call writes the fields that lie wholly inside<br>
+   * it, none beyond this header's sizeof, and sets struct_size to the bytes written.<br>
+   * Thread-safe. Since 0.3.
    */
   public static int lumen_engine_stats(long engine, MemoryStats out) {
     int status = CapiJNI.lumen_engine_stats(engine, MemoryStats.getCPtr(out), out);

@@ -10,7 +10,8 @@ package org.lumen.capi;
 
 /**
  * Where an engine's session state is and how much has moved. Sizes count state bytes as the<br>
- * budget does. Set struct_size (lumen_memory_stats_init does) before lumen_engine_stats.<br>
+ * budget does. An engine without a budget counts nothing: every field is 0 (all its sessions<br>
+ * are resident). Set struct_size (lumen_memory_stats_init does) before lumen_engine_stats.<br>
  * Since 0.3.
  */
 public class MemoryStats implements AutoCloseable {
