@@ -25,29 +25,14 @@
 #include "tests/header/header_claims.h"
 #include "tests/reference/layer_reference.h"
 #include "tests/reference/session_fixture.h"
+#include "tests/reference/temp_dir.h"
 
 namespace lumen_fixture {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system's temporary one, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "lumen-header-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using lumen_test::TempDir;
 
 struct StoreDeleter {
   void operator()(lumen_store* store) const { lumen_store_destroy(store); }

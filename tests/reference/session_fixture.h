@@ -14,6 +14,7 @@
 
 #include "lumen/lumen.h"
 #include "tests/reference/layer_reference.h"
+#include "tests/reference/require_ok.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -31,12 +32,6 @@ inline std::string Describe(lumen_status status) {
   return std::string(lumen_status_string(status)) + ": " + lumen_last_error_message();
 }
 
-#define REQUIRE_OK(call)                                         \
-  do {                                                           \
-    const lumen_status status_ = (call);                         \
-    INFO(#call << " -> " << ::lumen_fixture::Describe(status_)); \
-    REQUIRE(status_ == LUMEN_OK);                                \
-  } while (0)
 
 // A model of `layers` on a two-thread CPU engine.
 struct Stack {

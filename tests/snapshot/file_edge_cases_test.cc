@@ -22,37 +22,14 @@
 #include <utility>
 
 #include "tests/reference/session_fixture.h"
+#include "tests/reference/temp_dir.h"
 
 namespace lumen_fixture {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "lumen-files-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-  std::vector<std::string> Entries(const fs::path& dir) const {
-    std::vector<std::string> names;
-    for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
-      names.push_back(entry.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-  std::vector<std::string> Entries() const { return Entries(path_); }
-
- private:
-  fs::path path_;
-};
+using lumen_test::TempDir;
 
 Bytes ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -29,6 +29,8 @@
 
 #include "lumen/lumen.h"
 #include "tests/reference/layer_reference.h"
+#include "tests/reference/require_ok.h"
+#include "tests/reference/temp_dir.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -85,13 +87,6 @@ inline std::string Describe(lumen_status status) {
   return std::string(lumen_status_string(status)) + ": " + lumen_last_error_message();
 }
 
-#define REQUIRE_OK(call)                              \
-  do {                                                \
-    const lumen_status status_ = (call);              \
-    const std::string message_ = Describe(status_);   \
-    INFO(#call << " -> " << message_);                \
-    REQUIRE(status_ == LUMEN_OK);                     \
-  } while (0)
 
 // ---------------------------------------------------------------------------------------------
 // Models
@@ -463,30 +458,7 @@ inline void ExpectRejected(lumen_session* s, const lumen_model* m, const Bytes& 
 // Files
 // ---------------------------------------------------------------------------------------------
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "lumen-snapshot-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-  std::vector<std::string> Entries() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path_)) {
-      names.push_back(entry.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
+using lumen_test::TempDir;
 
 inline Bytes ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

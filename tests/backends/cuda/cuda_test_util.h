@@ -16,15 +16,10 @@
 
 #include "lumen/lumen.h"
 #include "tests/reference/layer_reference.h"
+#include "tests/reference/require_ok.h"
 
 namespace lumen_test {
 
-#define REQUIRE_OK(call)                                           \
-  do {                                                             \
-    const lumen_status status_ = (call);                           \
-    INFO(#call << ": " << (status_ == LUMEN_OK ? "" : LastError(status_))); \
-    REQUIRE(status_ == LUMEN_OK);                                  \
-  } while (0)
 
 #define REQUIRE_CUDA(call) REQUIRE((call) == cudaSuccess)
 
