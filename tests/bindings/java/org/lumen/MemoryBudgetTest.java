@@ -11,8 +11,33 @@ import java.util.Comparator;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 
-/** The engine memory budget through the Java binding: eviction, prefetch, reload and stats. */
+/** The engine memory budget through the Java binding: its options, eviction, prefetch, reload and
+ * stats. */
 class MemoryBudgetTest {
+  static long residentBytes() throws Exception {
+    return Long.parseLong(Files.readString(Path.of("/proc/self/statm")).split(" ")[1]) * 4096;
+  }
+
+  @Test
+  void theSpillDirectorysNativeCopiesAreFreed() throws Exception {
+    // Each native copy of the options copies the 256 KiB directory: SWIG's default setter
+    // for a const char* member never freed those copies, so 512 of them would keep 128 MiB.
+    String text = "d".repeat(1 << 18);
+    EngineOptions options = new EngineOptions().spillDirectory(text);
+    try (org.lumen.capi.EngineOptions copy = options.toNative()) {
+      assertEquals(text, copy.getSpillDirectory());
+    }
+    // Nothing read back in the loop: a 256 KiB Java string each time would grow the heap.
+    Runnable cycle = () -> {
+      for (int i = 0; i < 512; ++i) options.toNative().close();
+    };
+    cycle.run();
+    long before = residentBytes();
+    cycle.run();
+    long grown = residentBytes() - before;
+    assertTrue(grown < 32L << 20, "resident memory grew by " + grown + " bytes");
+  }
+
   @Test
   void sessionsBeyondTheBudgetSpillAndComeBackBitForBit() throws Exception {
     LumenTest fixture = new LumenTest();  // its model and inputs, not its tests
