@@ -67,10 +67,7 @@
     if (options) INIT(options);
     return options;
   }
-  ~TYPE() {
-    RELEASE
-    free($self);
-  }
+  ~TYPE() { RELEASE free($self); }
 }
 LUMEN_LANGUAGE_STRUCT(TYPE, INIT)
 %enddef
