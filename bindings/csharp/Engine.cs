@@ -68,6 +68,21 @@ public sealed class Engine : NativeObject {
     using (HandleLease engine = Lease()) Capi.lumen_engine_reserve(engine.Address, reservation);
   }
 
+  /// <summary>Where the engine's session state is and how much has moved (lumen_engine_stats):
+  /// resident, spilled, evictions, reloads, prefetches...; every field 0 for an engine without
+  /// a memory budget (EngineOptions.MemoryBudgetBytes). A new struct each call: Dispose it, or
+  /// leave it to the finalizer. Since 0.3.</summary>
+  public MemoryStats Stats() {
+    var stats = new MemoryStats();
+    try {
+      using (HandleLease engine = Lease()) Capi.lumen_engine_stats(engine.Address, stats);
+      return stats;
+    } catch {
+      stats.Dispose();
+      throw;
+    }
+  }
+
   /// <summary>Bytes of device scratch the engine holds (lumen_engine_scratch_bytes; 0 on the
   /// CPU).</summary>
   public long ScratchBytes {

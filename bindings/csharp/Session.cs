@@ -25,6 +25,24 @@ public sealed class Session : NativeObject {
     }
   }
 
+  /// <summary>Starts bringing an evicted session back into the engine's memory in the
+  /// background (lumen_session_prefetch), so that a later call need not wait; a no-op when it
+  /// is resident or the engine has no memory budget. Since 0.3.</summary>
+  public void Prefetch() {
+    using (HandleLease session = Lease()) Capi.lumen_session_prefetch(session.Address);
+  }
+
+  /// <summary>Whether the session's state is in the engine's memory, false once the memory
+  /// budget evicted it (lumen_session_resident). Since 0.3.</summary>
+  public bool Resident {
+    get {
+      using (HandleLease session = Lease()) {
+        Capi.lumen_session_resident(session.Address, out int resident);
+        return resident != 0;
+      }
+    }
+  }
+
   /// <summary>Zeroes every state and token count.</summary>
   public void Reset() {
     using (HandleLease session = Lease()) Capi.lumen_session_reset(session.Address);

@@ -55,8 +55,9 @@
 /* struct_size is set by the *_init functions; callers never see it. */
 %rename("$ignore", match$name="struct_size") "";
 
-/* Options structs: `new` fills the defaults through the header's init function. */
-%define LUMEN_OPTIONS_STRUCT(TYPE, INIT, NAME)
+/* Options structs: `new` fills the defaults through the header's init function; `delete` runs
+ * RELEASE (freeing what the struct owns) before freeing the struct. */
+%define LUMEN_OPTIONS_STRUCT_RELEASING(TYPE, INIT, NAME, RELEASE)
 #if !defined(SWIGPYTHON)
 %rename(NAME) TYPE;
 #endif
@@ -66,12 +67,34 @@
     if (options) INIT(options);
     return options;
   }
-  ~TYPE() { free($self); }
+  ~TYPE() { RELEASE free($self); }
 }
 LUMEN_LANGUAGE_STRUCT(TYPE, INIT)
 %enddef
+%define LUMEN_OPTIONS_STRUCT(TYPE, INIT, NAME)
+LUMEN_OPTIONS_STRUCT_RELEASING(TYPE, INIT, NAME, )
+%enddef
+
+/* Text fields own their copy: SWIG's own setter for a `const char*` member mallocs a copy that
+ * nothing frees (its warning 451). Here a write frees the previous copy and the struct's
+ * destructor frees the last one. The library copies the text where it keeps it (e.g.
+ * lumen_engine_create copies spill_directory), so the struct may go once the call returns.
+ * Every struct with such a field must be created by its bindings constructor (whose init
+ * leaves the field NULL), never handed over from C, and release the field in RELEASE. */
+%typemap(memberin, noblock=1) const char* spill_directory {
+  free((char*)$1);
+  $1 = NULL;
+  if ($input) {
+    size_t size = strlen((const char*)$input) + 1;
+    char* copy = (char*)malloc(size);
+    if (copy) memcpy(copy, (const char*)$input, size);
+    $1 = copy;
+  }
+}
+
 LUMEN_OPTIONS_STRUCT(lumen_layer_options, lumen_layer_options_init, LayerOptions)
-LUMEN_OPTIONS_STRUCT(lumen_engine_options, lumen_engine_options_init, EngineOptions)
+LUMEN_OPTIONS_STRUCT_RELEASING(lumen_engine_options, lumen_engine_options_init, EngineOptions,
+                               free((char*)$self->spill_directory);)
 LUMEN_OPTIONS_STRUCT(lumen_layer_inputs, lumen_layer_inputs_init, LayerInputs)
 LUMEN_OPTIONS_STRUCT(lumen_layer_output, lumen_layer_output_init, LayerOutput)
 LUMEN_OPTIONS_STRUCT(lumen_snapshot_options, lumen_snapshot_options_init, SnapshotOptions)

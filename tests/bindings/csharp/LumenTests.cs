@@ -244,6 +244,47 @@ public static class LumenTests {
     Directory.Delete(dir, true);
   }
 
+  static void SessionsBeyondTheBudgetSpillAndComeBackBitForBit() {
+    float[][] x = Inputs(1);
+    string dir = Path.Combine(scratch, "csharp_spill");
+    Directory.CreateDirectory(dir);
+    using (Engine unbounded = NewEngine(out Model model))
+    using (model) {
+      using (MemoryStats none = unbounded.Stats()) {
+        Check(none.MemoryBudgetBytes == 0 && none.Evictions == 0, "no budget: every field 0");
+      }
+      long budget = 2 * model.StateBytes();
+      using (var options = new EngineOptions { NumThreads = 1, MemoryBudgetBytes = budget,
+                                               SpillDirectory = dir })
+      using (var engine = new Engine(model, options))
+      using (Session a = engine.NewSession()) {
+        a.Step(0, x[0], x[1], x[2], x[3], x[4]);
+        float[] before = a.ReadState(0);
+        using (Session b = engine.NewSession())
+        using (Session c = engine.NewSession()) {
+          Check(!a.Resident && b.Resident && c.Resident, "the least recently used was evicted");
+          using (MemoryStats stats = engine.Stats()) {
+            Check(stats.MemoryBudgetBytes == budget, "the budget");
+            Check(stats.ResidentSessions == 2 && stats.SpilledSessions == 1, "two in, one out");
+            Check(stats.Evictions == 1 && stats.BytesEvicted > 0, "one eviction");
+          }
+          a.Prefetch();
+          var watch = System.Diagnostics.Stopwatch.StartNew();
+          while (!a.Resident && watch.Elapsed.TotalSeconds < 30) Thread.Sleep(1);
+          Check(a.Resident, "the prefetch brought the session back");
+          using (MemoryStats stats = engine.Stats()) Check(stats.Prefetches == 1, "one prefetch");
+          Check(a.ReadState(0).SequenceEqual(before), "bit for bit after the spill");
+          // The prefetch evicted b (then the least recently used); a call on it reloads it.
+          Check(!b.Resident, "b was evicted for a");
+          b.Step(0, x[0], x[1], x[2], x[3], x[4]);
+          Check(b.Resident, "a call reloads");
+          using (MemoryStats stats = engine.Stats()) Check(stats.Reloads == 1, "one reload");
+        }
+      }
+    }
+    Directory.Delete(dir, true);
+  }
+
   static void BadCallsThrowWithTheLibraryMessage() {
     using (Engine engine = NewEngine(out Model model))
     using (model) {
@@ -286,6 +327,29 @@ public static class LumenTests {
 
   static long ResidentBytes() =>
       long.Parse(File.ReadAllText("/proc/self/statm").Split(' ')[1]) * 4096;
+
+  static void TextFieldsFreeTheirCopies() {
+    // Each write of SpillDirectory copies 256 KiB: SWIG's default setter for a const char*
+    // member never freed those copies, so 256 writes and 256 structs would keep 128 MiB.
+    string text = new string('d', 1 << 18);
+    using (var options = new EngineOptions { SpillDirectory = text }) {
+      Check(options.SpillDirectory == text, "the text reads back");
+      options.SpillDirectory = null;
+      Check(options.SpillDirectory == null, "null reads back");
+      Action cycles = () => {
+        for (int i = 0; i < 256; ++i) {
+          options.SpillDirectory = text;
+          using (new EngineOptions { SpillDirectory = text }) {}  // Dispose frees its copy
+        }
+      };
+      cycles();
+      long before = ResidentBytes();
+      cycles();
+      long grown = ResidentBytes() - before;
+      Check(grown < (32L << 20), "resident memory grew by " + grown + " bytes");
+      Check(options.SpillDirectory == text, "the last text reads back");
+    }
+  }
 
   static void NativeMemoryIsReleased() {
     // 256 KiB of state per session: the 1,600 sessions of the two measured rounds would hold
@@ -516,9 +580,9 @@ public static class LumenTests {
     var tests = new Action[] {
       EveryHeaderFunctionIsReachable, StepAndPrefillMatchTheReference, PointersAndBf16Inputs,
       BatchedStepAndVarlenPrefillMatchSingleSessions, SnapshotRoundTripsThroughBytesAndAFile,
-      StoresSaveAndLoadByKeyWithVersions,
+      StoresSaveAndLoadByKeyWithVersions, SessionsBeyondTheBudgetSpillAndComeBackBitForBit,
       BadCallsThrowWithTheLibraryMessage, ReservingScratchChecksItsArguments,
-      NativeMemoryIsReleased, DroppedSessionsStayWithinAMemoryBound,
+      TextFieldsFreeTheirCopies, NativeMemoryIsReleased, DroppedSessionsStayWithinAMemoryBound,
       DroppedSessionsCauseFullCollections, DisposeWaitsForACallInProgress,
       EnumsAndFlagsNeedNoCasts, PresetsAreLayerOptionsFactories, SpansMatchArrays,
     };

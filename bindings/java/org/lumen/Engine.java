@@ -105,6 +105,17 @@ public final class Engine extends Handle {
     return out[0];
   }
 
+  /**
+   * Where the engine's session state is and how much has moved (lumen_engine_stats); every
+   * field 0 for an engine without a memory budget. Since 0.3.
+   */
+  public MemoryStats stats() {
+    try (org.lumen.capi.MemoryStats stats = new org.lumen.capi.MemoryStats()) {
+      useAddress(engine -> Capi.lumen_engine_stats(engine, stats));
+      return new MemoryStats(stats);
+    }
+  }
+
   /** A new session of this engine with every state zero; close it when done. */
   public Session newSession() {
     return new Session(this);

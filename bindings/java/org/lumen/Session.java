@@ -49,6 +49,22 @@ public final class Session extends Handle {
     return new Session(engine, out[0]);
   }
 
+  /**
+   * Starts bringing an evicted session back into the engine's memory in the background
+   * (lumen_session_prefetch), so that a later call need not wait; a no-op when it is
+   * resident. See the memory budget of {@link EngineOptions#memoryBudgetBytes(long)}. Since 0.3.
+   */
+  public void prefetch() {
+    useAddress(Capi::lumen_session_prefetch);
+  }
+
+  /** Whether the session's state is in the engine's memory, false once evicted. Since 0.3. */
+  public boolean isResident() {
+    int[] out = new int[1];
+    useAddress(session -> Capi.lumen_session_resident(session, out));
+    return out[0] != 0;
+  }
+
   /** Zeroes every state and token count. */
   public void reset() {
     useAddress(Capi::lumen_session_reset);

@@ -284,58 +284,55 @@ SWIGINTERN struct lumen_layer_options *new_lumen_layer_options(void){
     if (options) lumen_layer_options_init(options);
     return options;
   }
-SWIGINTERN void delete_lumen_layer_options(struct lumen_layer_options *self){ free(self); }
-
-#include <string.h>
-
+SWIGINTERN void delete_lumen_layer_options(struct lumen_layer_options *self){  free(self); }
 SWIGINTERN struct lumen_engine_options *new_lumen_engine_options(void){
     lumen_engine_options* options = (lumen_engine_options*)calloc(1, sizeof(lumen_engine_options));
     if (options) lumen_engine_options_init(options);
     return options;
   }
-SWIGINTERN void delete_lumen_engine_options(struct lumen_engine_options *self){ free(self); }
+SWIGINTERN void delete_lumen_engine_options(struct lumen_engine_options *self){ free((char*)self->spill_directory); free(self); }
 SWIGINTERN struct lumen_reservation *new_lumen_reservation(void){
     lumen_reservation* options = (lumen_reservation*)calloc(1, sizeof(lumen_reservation));
     if (options) lumen_reservation_init(options);
     return options;
   }
-SWIGINTERN void delete_lumen_reservation(struct lumen_reservation *self){ free(self); }
+SWIGINTERN void delete_lumen_reservation(struct lumen_reservation *self){  free(self); }
 SWIGINTERN struct lumen_memory_stats *new_lumen_memory_stats(void){
     lumen_memory_stats* options = (lumen_memory_stats*)calloc(1, sizeof(lumen_memory_stats));
     if (options) lumen_memory_stats_init(options);
     return options;
   }
-SWIGINTERN void delete_lumen_memory_stats(struct lumen_memory_stats *self){ free(self); }
+SWIGINTERN void delete_lumen_memory_stats(struct lumen_memory_stats *self){  free(self); }
 SWIGINTERN struct lumen_layer_inputs *new_lumen_layer_inputs(void){
     lumen_layer_inputs* options = (lumen_layer_inputs*)calloc(1, sizeof(lumen_layer_inputs));
     if (options) lumen_layer_inputs_init(options);
     return options;
   }
-SWIGINTERN void delete_lumen_layer_inputs(struct lumen_layer_inputs *self){ free(self); }
+SWIGINTERN void delete_lumen_layer_inputs(struct lumen_layer_inputs *self){  free(self); }
 SWIGINTERN struct lumen_layer_output *new_lumen_layer_output(void){
     lumen_layer_output* options = (lumen_layer_output*)calloc(1, sizeof(lumen_layer_output));
     if (options) lumen_layer_output_init(options);
     return options;
   }
-SWIGINTERN void delete_lumen_layer_output(struct lumen_layer_output *self){ free(self); }
+SWIGINTERN void delete_lumen_layer_output(struct lumen_layer_output *self){  free(self); }
 SWIGINTERN struct lumen_snapshot_options *new_lumen_snapshot_options(void){
     lumen_snapshot_options* options = (lumen_snapshot_options*)calloc(1, sizeof(lumen_snapshot_options));
     if (options) lumen_snapshot_options_init(options);
     return options;
   }
-SWIGINTERN void delete_lumen_snapshot_options(struct lumen_snapshot_options *self){ free(self); }
+SWIGINTERN void delete_lumen_snapshot_options(struct lumen_snapshot_options *self){  free(self); }
 SWIGINTERN struct lumen_store_options *new_lumen_store_options(void){
     lumen_store_options* options = (lumen_store_options*)calloc(1, sizeof(lumen_store_options));
     if (options) lumen_store_options_init(options);
     return options;
   }
-SWIGINTERN void delete_lumen_store_options(struct lumen_store_options *self){ free(self); }
+SWIGINTERN void delete_lumen_store_options(struct lumen_store_options *self){  free(self); }
 SWIGINTERN struct lumen_store_save_options *new_lumen_store_save_options(void){
     lumen_store_save_options* options = (lumen_store_save_options*)calloc(1, sizeof(lumen_store_save_options));
     if (options) lumen_store_save_options_init(options);
     return options;
   }
-SWIGINTERN void delete_lumen_store_save_options(struct lumen_store_save_options *self){ free(self); }
+SWIGINTERN void delete_lumen_store_save_options(struct lumen_store_save_options *self){  free(self); }
 
 #ifdef __cplusplus
 extern "C" {
@@ -1023,13 +1020,13 @@ SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_EngineOptions_SpillDirectory_set__
   
   arg1 = (struct lumen_engine_options *)jarg1; 
   arg2 = (char *)jarg2; 
-  {
-    if (arg2) {
-      arg1->spill_directory = (char const *) malloc(strlen((const char *)arg2)+1);
-      strcpy((char *)arg1->spill_directory, (const char *)arg2);
-    } else {
-      arg1->spill_directory = 0;
-    }
+  free((char*)arg1->spill_directory);
+  arg1->spill_directory = NULL;
+  if (arg2) {
+    size_t size = strlen((const char*)arg2) + 1;
+    char* copy = (char*)malloc(size);
+    if (copy) memcpy(copy, (const char*)arg2, size);
+    arg1->spill_directory = copy;
   }
 }
 
