@@ -1,4 +1,5 @@
-// A prefill: every session's tokens through the chunkwise kernel, after the device tables,
+// A prefill: every session's tokens through the chunkwise kernel (or, for sequences of at
+// most kMaxRunTokens, the register step kernel's token run), after the device tables,
 // the input check (which holds a failing call's sequences at length 0), the convolution and
 // Mamba-2 passes and the preparation of the kernel's fp32 inputs.
 
@@ -9,6 +10,7 @@
 #include "backends/cuda/kernels/convert.cuh"
 #include "backends/cuda/kernels/prefill_tables.cuh"
 #include "backends/cuda/kernels/prepare_inputs.cuh"
+#include "backends/cuda/kernels/register_step.cuh"
 #include "backends/cuda/runtime_status.h"
 #include "backends/cuda/scratch_plan.h"
 
@@ -70,45 +72,68 @@ absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
   }
 
   const bool bf16 = spec.state_dtype == DType::kBFloat16;
-  PreparedInputs prepared;
-  prepared.q = reinterpret_cast<float*>(scratch + plan.q);
-  prepared.k = reinterpret_cast<float*>(scratch + plan.k);
-  if (plan.v >= 0) prepared.v = reinterpret_cast<float*>(scratch + plan.v);
-  if (plan.log_decay >= 0) prepared.log_decay = reinterpret_cast<float*>(scratch + plan.log_decay);
-  if (plan.beta >= 0) prepared.beta = reinterpret_cast<float*>(scratch + plan.beta);
-  LUMEN_CUDA_RETURN_IF_ERROR(LaunchPrepareInputs(layer, raw, T, prepared, stream),
-                             "launching the input preparation");
-  if (bf16) {
-    LUMEN_CUDA_RETURN_IF_ERROR(
-        LaunchWidenStates(reinterpret_cast<const void* const*>(scratch + plan.stored),
-                          reinterpret_cast<float* const*>(scratch + plan.states), count, n,
-                          stream),
-        "widening bf16 states");
-  }
-  ChunkwiseArgs args = ChunkwiseShape(spec, n, LongestSequence(run));
-  args.q = prepared.q;
-  args.k = prepared.k;
-  args.v = plan.v >= 0 ? prepared.v : static_cast<const float*>(raw.v);
-  args.log_decay = prepared.log_decay;
-  args.beta = prepared.beta;
   float* o_fp32 = plan.o >= 0 ? reinterpret_cast<float*>(scratch + plan.o) : static_cast<float*>(o);
-  args.o = o_fp32;
-  args.states = reinterpret_cast<float* const*>(scratch + plan.states);
-  args.normalizers =
-      plan.normalizers >= 0 ? reinterpret_cast<float* const*>(scratch + plan.normalizers) : nullptr;
-  args.cu_seqlens = device_cu_seqlens;
-  LUMEN_CUDA_RETURN_IF_ERROR(
-      LaunchChunkwise(args, plan.chunk >= 0 ? scratch + plan.chunk : nullptr, stream),
-      "launching the chunkwise prefill");
-  if (bf16) {
-    LUMEN_CUDA_RETURN_IF_ERROR(
-        LaunchNarrowStates(reinterpret_cast<const float* const*>(scratch + plan.states),
-                           reinterpret_cast<void* const*>(scratch + plan.stored), count, n,
-                           stream),
-        "rounding bf16 states");
-  }
   const float* d_skip = has_extras ? conv->second.d_skip : nullptr;
-  if (plan.o >= 0 || d_skip != nullptr) {
+  // Short sequences (draft tokens, multi-token prediction) run through the register step
+  // kernel, each state read and written once, instead of the chunkwise passes. Its o goes
+  // straight to the output, as a step's does, unless Mamba-2's skip is still to be added.
+  StepArgs run_args;
+  run_args.layer = layer;
+  run_args.inputs = raw;
+  run_args.o = d_skip != nullptr ? o_fp32 : o;
+  run_args.out_dtype =
+      d_skip != nullptr ? DType::kFloat32 : static_cast<DType>(run.output->dtype);
+  run_args.state_bf16 = bf16;
+  run_args.input_error = input_error_;
+  run_args.cu_seqlens = device_cu_seqlens;
+  run_args.state_table = layer_states;
+  // Right after the check it starts while the check runs (see StepArgs::follows_check); the
+  // lengths it may read before the check holds a failing call's at 0 do not matter, since
+  // it reads the check's record before it writes anything.
+  run_args.follows_check = dependent_launch_ && !has_extras;
+  const bool token_run = RegisterStepFits(run_args) && LongestSequence(run) <= kMaxRunTokens;
+  if (token_run) {
+    LUMEN_CUDA_RETURN_IF_ERROR(LaunchRegisterTokens(run_args, n, stream),
+                               "launching the token run");
+  } else {
+    PreparedInputs prepared;
+    prepared.q = reinterpret_cast<float*>(scratch + plan.q);
+    prepared.k = reinterpret_cast<float*>(scratch + plan.k);
+    if (plan.v >= 0) prepared.v = reinterpret_cast<float*>(scratch + plan.v);
+    if (plan.log_decay >= 0) prepared.log_decay = reinterpret_cast<float*>(scratch + plan.log_decay);
+    if (plan.beta >= 0) prepared.beta = reinterpret_cast<float*>(scratch + plan.beta);
+    LUMEN_CUDA_RETURN_IF_ERROR(LaunchPrepareInputs(layer, raw, T, prepared, stream),
+                               "launching the input preparation");
+    if (bf16) {
+      LUMEN_CUDA_RETURN_IF_ERROR(
+          LaunchWidenStates(reinterpret_cast<const void* const*>(scratch + plan.stored),
+                            reinterpret_cast<float* const*>(scratch + plan.states), count, n,
+                            stream),
+          "widening bf16 states");
+    }
+    ChunkwiseArgs args = ChunkwiseShape(spec, n, LongestSequence(run));
+    args.q = prepared.q;
+    args.k = prepared.k;
+    args.v = plan.v >= 0 ? prepared.v : static_cast<const float*>(raw.v);
+    args.log_decay = prepared.log_decay;
+    args.beta = prepared.beta;
+    args.o = o_fp32;
+    args.states = reinterpret_cast<float* const*>(scratch + plan.states);
+    args.normalizers =
+        plan.normalizers >= 0 ? reinterpret_cast<float* const*>(scratch + plan.normalizers) : nullptr;
+    args.cu_seqlens = device_cu_seqlens;
+    LUMEN_CUDA_RETURN_IF_ERROR(
+        LaunchChunkwise(args, plan.chunk >= 0 ? scratch + plan.chunk : nullptr, stream),
+        "launching the chunkwise prefill");
+    if (bf16) {
+      LUMEN_CUDA_RETURN_IF_ERROR(
+          LaunchNarrowStates(reinterpret_cast<const float* const*>(scratch + plan.states),
+                             reinterpret_cast<void* const*>(scratch + plan.stored), count, n,
+                             stream),
+          "rounding bf16 states");
+    }
+  }
+  if (d_skip != nullptr || (plan.o >= 0 && !token_run)) {
     LUMEN_CUDA_RETURN_IF_ERROR(
         LaunchFinishOutput(o_fp32, d_skip != nullptr ? converted.x : nullptr, d_skip,
                            spec.num_value_heads, spec.value_dim, o, static_cast<DType>(run.output->dtype),

@@ -4,7 +4,8 @@
 // memory, fp32 and then bf16 state, HV = 32, H = 16, K = V = 128) captured in a CUDA graph;
 // the time per step is the mean over graph replays. The state is read and written once per
 // step, so the effective bandwidth is 2 * N * HV * K * V * (4 or 2) bytes / t, set beside a
-// device-to-device copy (bytes read + written) of a buffer far larger than L2.
+// device-to-device copy (bytes read + written) of a buffer far larger than L2. Token runs:
+// 2, 4 and 8 tokens per session in one varlen prefill, beside one token's step.
 // Prefill: lumen_engine_prefill_varlen over B sequences of T tokens, device buffers.
 
 #include "tools/lumen/gpu_bench.h"
@@ -285,22 +286,28 @@ void Reserve(const Bench& bench, int32_t sessions, int64_t tokens) {
   Check(lumen_engine_reserve(bench.engine, &reservation), "lumen_engine_reserve");
 }
 
-// Mean time of one batched step of n sessions, from graph replays.
-double DecodeMs(const Bench& bench, int32_t n, cudaStream_t stream, int reps,
+// Mean time of one pass of `tokens` tokens for each of n sessions, from graph replays: a
+// batched step for one token, a varlen prefill (a token run) for several.
+double DecodeMs(const Bench& bench, int32_t n, int32_t tokens, cudaStream_t stream, int reps,
                 std::mt19937& rng) {
   std::vector<lumen_session*> sessions(n);
   for (lumen_session*& s : sessions) Check(lumen_session_create(bench.engine, &s), "create");
-  const Inputs inputs(bench.family, n, rng);
+  const Inputs inputs(bench.family, int64_t{n} * tokens, rng);
   const lumen_layer_inputs in = inputs.Layer(stream);
   lumen_layer_output out = inputs.Output();
-  Reserve(bench, n, n);
+  std::vector<int32_t> cu(n + 1);
+  for (int32_t i = 0; i <= n; ++i) cu[i] = i * tokens;
+  Reserve(bench, n, int64_t{n} * tokens);
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   CheckCuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "BeginCapture");
   const lumen_status status =
-      lumen_engine_step_batch(bench.engine, 0, sessions.data(), n, &in, &out);
+      tokens == 1
+          ? lumen_engine_step_batch(bench.engine, 0, sessions.data(), n, &in, &out)
+          : lumen_engine_prefill_varlen(bench.engine, 0, sessions.data(), n, cu.data(), &in, &out);
   CheckCuda(cudaStreamEndCapture(stream, &graph), "EndCapture");
-  Check(status, "lumen_engine_step_batch (captured)");
+  Check(status, tokens == 1 ? "lumen_engine_step_batch (captured)"
+                            : "lumen_engine_prefill_varlen (captured)");
   CheckCuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
   const double ms = TimeMs(stream, 3, reps, [&] {
     CheckCuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
@@ -347,10 +354,31 @@ void DecodeTable(const Options& options, int32_t state_dtype, double copy, cudaS
     Bench bench(family, state_dtype);
     std::printf("%-16s", lumen_family_string(family));
     for (int32_t n : options.sessions) {
-      const double ms = DecodeMs(bench, n, stream, reps, rng);
+      const double ms = DecodeMs(bench, n, 1, stream, reps, rng);
       const double bytes = 2.0 * n * kValueHeads * kKeyDim * kValueDim * state_bytes;
       const double rate = bytes / (ms * 1e-3);
       std::printf(" | %8.1f %6.2f %4.0f", ms * 1e3, rate / 1e12, 100.0 * rate / copy);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
+// Several tokens per session in one pass (fp32 state, N = 256): the time of 2, 4 and 8 tokens
+// per session beside one token's, measured in the same run.
+void TokenRunTable(const Options& options, cudaStream_t stream, int reps, std::mt19937& rng) {
+  constexpr int32_t kSessions = 256;
+  std::printf("tokens per session in one pass, fp32 state, N=%d: us per pass (x one token's)\n",
+              kSessions);
+  std::printf("%-16s | 1 token  | 2 tokens        | 4 tokens        | 8 tokens\n", "family");
+  for (const int32_t family : kFamilies) {
+    if (!Selected(options, lumen_family_string(family))) continue;
+    Bench bench(family, LUMEN_DTYPE_FLOAT32);
+    const double one = DecodeMs(bench, kSessions, 1, stream, reps, rng);
+    std::printf("%-16s | %8.1f", lumen_family_string(family), one * 1e3);
+    for (const int32_t tokens : {2, 4, 8}) {
+      const double ms = DecodeMs(bench, kSessions, tokens, stream, reps, rng);
+      std::printf(" | %7.1f (%4.2fx)", ms * 1e3, ms / one);
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -559,6 +587,8 @@ int RunGpuBench(int argc, char** argv) {
   if (options.decode_only) {
     DecodeTable(options, LUMEN_DTYPE_FLOAT32, copy, stream, reps, rng);
     DecodeTable(options, LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
+    std::printf("\n");
+    TokenRunTable(options, stream, reps, rng);
     // After the decode tables, whose kernels profile_decode.sh takes as the first ones.
     std::printf("\n");
     HostStepTable(stream, quick);
@@ -588,6 +618,8 @@ int RunGpuBench(int argc, char** argv) {
   DecodeTable(options, LUMEN_DTYPE_FLOAT32, copy, stream, reps, rng);
   std::printf("\n");
   DecodeTable(options, LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
+  std::printf("\n");
+  TokenRunTable(options, stream, reps, rng);
   std::printf("\n");
   HostStepTable(stream, quick);
   std::printf("prefill: lumen_engine_prefill_varlen from zero states (ms)\n");

@@ -28,6 +28,10 @@ struct StepArgs {
   bool state_bf16 = false;
   int32_t num_sessions = 0;   // <= kStepSessionsPerLaunch
   int32_t first_session = 0;  // session s of this launch reads token first_session + s
+  // A token run (register kernel only, LaunchRegisterTokens): when set, session s reads tokens
+  // [cu_seqlens[s], cu_seqlens[s + 1]) and its state is state_table[s] (device arrays).
+  const int32_t* cu_seqlens = nullptr;
+  void* const* state_table = nullptr;
   // While this record holds an error, the launch changes no state and writes no output.
   const InputErrorRecord* input_error = nullptr;
   // The launch directly follows the input check (LaunchCheckInputs) on the stream: on sm_90

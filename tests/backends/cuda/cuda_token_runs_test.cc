@@ -1,0 +1,113 @@
+// Token runs: a varlen prefill whose sequences hold at most 8 tokens (draft tokens, multi-token
+// prediction) runs through the register step kernel, each state read and written once, not the
+// chunkwise passes. Its outputs and states are bitwise those of stepping the same tokens one
+// at a time, and it matches the CPU.
+
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "lumen/lumen.h"
+#include "tests/backends/cuda/cuda_test_util.h"
+#include "tests/reference/layer_reference.h"
+
+namespace lumen_test {
+namespace {
+
+// Whether the register kernel takes the layer (backends/cuda/kernels/register_step.cu): fp32
+// state, K = 128, V a multiple of 32, no normaliser, the identity feature map.
+bool RunsAsTokenRun(const RefLayer& layer) {
+  return layer.state_dtype == LUMEN_DTYPE_FLOAT32 && layer.key_dim == 128 &&
+         layer.value_dim % 32 == 0 && !layer.normalize &&
+         layer.feature_map == LUMEN_FEATURE_MAP_IDENTITY;
+}
+
+std::vector<int32_t> Offsets(const std::vector<int32_t>& lengths) {
+  std::vector<int32_t> cu = {0};
+  for (const int32_t length : lengths) cu.push_back(cu.back() + length);
+  return cu;
+}
+
+TEST_CASE("a CUDA prefill of up to 8 tokens per session is bitwise the same as stepping them",
+          "[.cuda]") {
+  std::mt19937 rng(TestSeed());
+  INFO("seed " << TestSeed());
+  const std::vector<int32_t> lengths = {3, 0, 1, 8, 5, 2, 7, 4};
+  const std::vector<int32_t> cu = Offsets(lengths);
+  const int32_t n = static_cast<int32_t>(lengths.size());
+  const int64_t T = cu.back();
+  int32_t layers_run = 0;
+  for (const RefLayer& layer : EveryFamily(2, 4, 128, 64, rng)) {
+    if (!RunsAsTokenRun(layer)) continue;
+    ++layers_run;
+    INFO(layer.Describe());
+    const LayerEngines engines(layer, n, rng);
+    Sessions prefilled = engines.SessionsOn(engines.gpu);
+    Sessions stepped = engines.SessionsOn(engines.gpu);
+    const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, T, rng), LUMEN_DTYPE_BFLOAT16);
+    const int64_t per_token = layer.VPerToken();
+    OutputBuffer run_out, step_out;
+    run_out.Reset(T * per_token, LUMEN_DTYPE_FLOAT32);
+    step_out.Reset(T * per_token, LUMEN_DTYPE_FLOAT32);
+    lumen_layer_inputs in = InputsFor(layer, tokens, 0, T);
+    lumen_layer_output out = run_out.Output(0, T * per_token);
+    REQUIRE_OK(lumen_engine_prefill_varlen(engines.gpu.get(), 0, prefilled.handles.data(), n,
+                                           cu.data(), &in, &out));
+    for (int32_t i = 0; i < n; ++i) {
+      for (int32_t t = cu[i]; t < cu[i + 1]; ++t) {
+        lumen_layer_inputs one = InputsFor(layer, tokens, t, 1);
+        lumen_layer_output one_out = step_out.Output(t * per_token, per_token);
+        REQUIRE_OK(lumen_session_step(stepped.handles[i], 0, &one, &one_out));
+      }
+    }
+    for (int32_t i = 0; i < n; ++i) {
+      INFO("session " << i << " of " << lengths[i] << " tokens");
+      CHECK(std::memcmp(run_out.bytes.data() + cu[i] * per_token * 4,
+                        step_out.bytes.data() + cu[i] * per_token * 4,
+                        lengths[i] * per_token * 4) == 0);
+      CHECK(AllState(prefilled.handles[i], layer) == AllState(stepped.handles[i], layer));
+    }
+  }
+  CHECK(layers_run == 11);  // seven families, two with real options, Qwen3-Next, Mamba-2
+}
+
+TEST_CASE("CUDA prefills of 1 to 8 tokens per session match the CPU", "[.cuda]") {
+  std::mt19937 rng(TestSeed());
+  INFO("seed " << TestSeed());
+  const std::vector<int32_t> lengths = {1, 2, 3, 4, 0, 5, 6, 7, 8};
+  const std::vector<int32_t> cu = Offsets(lengths);
+  const int32_t n = static_cast<int32_t>(lengths.size());
+  const int64_t T = cu.back();
+  for (const RefLayer& layer : EveryFamily(4, 8, 128, 128, rng)) {
+    INFO(layer.Describe());
+    const LayerEngines engines(layer, n, rng, LayerEngines::Cpu::kYes);
+    Sessions on_cpu = engines.SessionsOn(engines.cpu);
+    Sessions on_gpu = engines.SessionsOn(engines.gpu);
+    const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, T, rng), LUMEN_DTYPE_FLOAT32);
+    lumen_layer_inputs in = InputsFor(layer, tokens, 0, T);
+    const int64_t o_count = T * layer.VPerToken();
+    OutputBuffer cpu_out, gpu_out;
+    cpu_out.Reset(o_count, LUMEN_DTYPE_FLOAT32);
+    gpu_out.Reset(o_count, LUMEN_DTYPE_FLOAT32);
+    lumen_layer_output out_cpu = cpu_out.Output(0, o_count);
+    lumen_layer_output out_gpu = gpu_out.Output(0, o_count);
+    REQUIRE_OK(lumen_engine_prefill_varlen(engines.cpu.get(), 0, on_cpu.handles.data(), n,
+                                           cu.data(), &in, &out_cpu));
+    REQUIRE_OK(lumen_engine_prefill_varlen(engines.gpu.get(), 0, on_gpu.handles.data(), n,
+                                           cu.data(), &in, &out_gpu));
+    const ErrorReport eo = Measure(gpu_out.Values(), ToDouble(cpu_out.Values()));
+    INFO("o: " << eo.Describe());
+    CHECK(eo.Passes(kPrefillBound));
+    for (int32_t i = 0; i < n; ++i) {
+      INFO("session " << i << " of " << lengths[i] << " tokens");
+      CheckStatesClose(layer, on_gpu.handles[i], on_cpu.handles[i], kPrefillBound);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lumen_test
