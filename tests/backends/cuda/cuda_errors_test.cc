@@ -1,5 +1,5 @@
 // Failing CUDA calls, on a GPU: input errors of device-buffer calls reach the next waiting
-// call and change nothing, token counts after a failed call equal those before it, and
+// call and change nothing, one-session steps fail alike for every tensor, token counts after a failed call equal those before it, and
 // running out of device memory is LUMEN_ERROR_OUT_OF_MEMORY.
 //
 // Every case carries the hidden tag [.cuda]: CI (no GPU) skips them; the `gpu` ctest label
@@ -154,6 +154,88 @@ TEST_CASE("input errors of device-buffer calls reach the next waiting call and c
     CHECK(prefill_reported.find(prefill_message) != std::string::npos);
     for (int32_t i = 0; i < n; ++i) CHECK(AllState(sessions.handles[i], layer) == now[i]);
     cudaStreamDestroy(stream);
+  }
+}
+
+// A one-session step of the published models' shape (the register kernel, its input check
+// overlapped by programmatic dependent launch) reports the CPU's status and message, changes
+// no state and no output, keeps an earlier call's error for the next waiting call, and a
+// valid call then runs: over host buffers (reported at once) and device buffers (reported by
+// the next waiting call), for a bad value in each tensor the layer checks.
+TEST_CASE("a one-session step of the published shape fails like the CPU and changes nothing",
+          "[.cuda]") {
+  std::mt19937 rng(TestSeed());
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  for (const RefLayer& layer : EveryFamily(16, 32, 128, 128, rng)) {
+    if (layer.normalize) continue;  // the block kernel's layer, covered by the case above
+    INFO(layer.Describe());
+    const int32_t n = 1;
+    const LayerEngines engines(layer, n, rng);
+    Sessions sessions = engines.SessionsOn(engines.gpu);
+    const std::vector<float> before = AllState(sessions.handles[0], layer);
+    std::vector<TokenData> bad_cases;
+    for (int tensor = 0; tensor < 5; ++tensor) {
+      TokenData bad = RandomTokens(layer, n, rng);
+      if (tensor == 0) bad.q[layer.QPerToken() - 1] = kNaN;
+      if (tensor == 1) bad.k[5] = std::numeric_limits<float>::infinity();
+      if (tensor == 2) {
+        if (!layer.HasG()) continue;
+        bad.g[layer.GPerToken() - 1] = layer.gate_raw ? kNaN : 0.25f;
+      }
+      if (tensor == 3) bad.v[layer.VPerToken() - 2] = kNaN;
+      if (tensor == 4) {
+        if (!layer.HasBeta()) continue;
+        bad.beta[layer.num_value_heads - 1] = layer.beta_sigmoid ? kNaN : 1.5f;
+      }
+      bad_cases.push_back(bad);
+    }
+    const EncodedTokens good_tokens = EncodeTokens(RandomTokens(layer, n, rng), LUMEN_DTYPE_BFLOAT16);
+    const DeviceTokens good_device(good_tokens);
+    const Stream stream;
+    const int64_t o_count = layer.VPerToken();
+    for (const TokenData& bad : bad_cases) {
+      const EncodedTokens bad_tokens = EncodeTokens(bad, LUMEN_DTYPE_BFLOAT16);
+      const std::string cpu_message = CpuInputError(layer, engines.model.get(), n,
+                                                    engines.matrices, engines.normalizers, {},
+                                                    bad_tokens);
+      INFO("CPU: " << cpu_message);
+      // Host buffers: the status and message at once.
+      lumen_layer_inputs host_in = InputsFor(layer, bad_tokens, 0, n);
+      OutputBuffer host_out;
+      host_out.Reset(o_count, LUMEN_DTYPE_FLOAT32);
+      lumen_layer_output host_o = host_out.Output(0, o_count);
+      CHECK(lumen_session_step(sessions.handles[0], 0, &host_in, &host_o) ==
+            LUMEN_ERROR_INVALID_ARGUMENT);
+      CHECK(std::string(lumen_last_error_message()).find(cpu_message) != std::string::npos);
+      CHECK(AllState(sessions.handles[0], layer) == before);
+      // Device buffers: the bad step, then a valid one enqueued before the report; neither
+      // writes, and the next waiting call reports the first.
+      const DeviceTokens bad_device(bad_tokens);
+      DeviceBuffer o(o_count * 4);
+      o.Fill(0xff, stream.get());
+      const std::vector<uint8_t> poisoned = o.Read();
+      lumen_layer_output out = DeviceOutput(o, o_count, LUMEN_DTYPE_FLOAT32);
+      lumen_layer_inputs bad_in = bad_device.Inputs(layer, n, stream.get());
+      lumen_layer_inputs good_in = good_device.Inputs(layer, n, stream.get());
+      REQUIRE_OK(lumen_session_step(sessions.handles[0], 0, &bad_in, &out));
+      REQUIRE_OK(lumen_session_step(sessions.handles[0], 0, &good_in, &out));
+      REQUIRE_CUDA(cudaStreamSynchronize(stream.get()));
+      CHECK(o.Read() == poisoned);
+      std::vector<float> matrix, normalizer;
+      CHECK(ReadState(sessions.handles[0], 0, layer, &matrix, &normalizer) ==
+            LUMEN_ERROR_INVALID_ARGUMENT);
+      const std::string reported = lumen_last_error_message();
+      INFO("reported: " << reported);
+      CHECK(reported.find(cpu_message) != std::string::npos);
+      CHECK(AllState(sessions.handles[0], layer) == before);
+    }
+    // Reported once each; a valid step now runs and changes the state.
+    lumen_layer_inputs good_host = InputsFor(layer, good_tokens, 0, n);
+    OutputBuffer good_out;
+    good_out.Reset(o_count, LUMEN_DTYPE_FLOAT32);
+    lumen_layer_output good_o = good_out.Output(0, o_count);
+    REQUIRE_OK(lumen_session_step(sessions.handles[0], 0, &good_host, &good_o));
+    CHECK(AllState(sessions.handles[0], layer) != before);
   }
 }
 
