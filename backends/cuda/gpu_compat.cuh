@@ -113,6 +113,8 @@ __device__ __forceinline__ LumenHipBFloat162 __floats2bfloat162_rn(float low, fl
 #define LUMEN_GPU_BACKEND_NAME "CUDA"
 #endif
 
+#include <utility>
+
 #include "backends/cuda/lane_sums.h"
 
 // Kernels that use NVIDIA-only instructions (cp.async, mma.sync, ...) keep a portable path
@@ -208,6 +210,34 @@ __device__ __forceinline__ void WaitForPrerequisiteGrids() {
 #if LUMEN_GPU_NVIDIA_PATHS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+}
+
+// Launches `kernel`; with `after_previous` (NVIDIA paths) as a programmatic dependent of the
+// kernel before it on `stream`: it may start once that kernel's blocks have called
+// AllowDependentLaunch, and must call WaitForPrerequisiteGrids before it reads anything that
+// kernel writes, and before it exits, so that its own completion implies its predecessor's.
+template <typename... Params, typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                         bool after_previous, cudaStream_t stream, Args&&... args) {
+#if LUMEN_GPU_NVIDIA_PATHS
+  if (after_previous) {
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  }
+#else
+  (void)after_previous;
+#endif
+  kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
+  return cudaGetLastError();
 }
 
 }  // namespace lumen::cuda

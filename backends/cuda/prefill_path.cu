@@ -87,10 +87,10 @@ absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
   run_args.input_error = input_error_;
   run_args.cu_seqlens = device_cu_seqlens;
   run_args.state_table = layer_states;
-  // Right after the check it starts while the check runs (see StepArgs::follows_check); the
+  // Right after the check it starts while the check runs (see StepArgs::after_previous); the
   // lengths it may read before the check holds a failing call's at 0 do not matter, since
   // it reads the check's record before it writes anything.
-  run_args.follows_check = dependent_launch_ && !has_extras;
+  run_args.after_previous = dependent_launch_ && !has_extras;
   const bool token_run = RegisterStepFits(run_args) && LongestSequence(run) <= kMaxRunTokens;
   if (token_run) {
     LUMEN_CUDA_RETURN_IF_ERROR(LaunchRegisterTokens(run_args, n, stream),

@@ -56,14 +56,16 @@ ConvOutputs ExtrasOutputs(const ExtrasPlan& plan, char* extras) {
 
 // g and beta as fp32 into the extras (the convolution pass converts q, k and v).
 cudaError_t LaunchGatesToFloats(const LayerSpec& spec, const RawInputs& inputs, int64_t T,
-                                const ConvOutputs& out, cudaStream_t stream) {
+                                const ConvOutputs& out, cudaStream_t stream,
+                                bool after_previous) {
   cudaError_t error = cudaSuccess;
   if (out.g != nullptr) {
-    error = LaunchToFloats(inputs.g, inputs.dtype, out.g, T * spec.g_per_token(), stream);
+    error = LaunchToFloats(inputs.g, inputs.dtype, out.g, T * spec.g_per_token(), stream,
+                           after_previous);
   }
   if (error == cudaSuccess && out.beta != nullptr) {
     error = LaunchToFloats(inputs.beta, inputs.dtype, out.beta, T * spec.num_value_heads,
-                           stream);
+                           stream, after_previous);
   }
   return error;
 }

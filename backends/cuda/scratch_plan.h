@@ -55,9 +55,11 @@ RawInputs ExtrasAsInputs(const ExtrasPlan& plan, char* extras);
 // The same arrays as the convolution pass's outputs.
 ConvOutputs ExtrasOutputs(const ExtrasPlan& plan, char* extras);
 
-// g and beta as fp32 into the extras (the convolution pass converts q, k and v).
+// g and beta as fp32 into the extras (the convolution pass converts q, k and v);
+// after_previous as for LaunchToFloats.
 cudaError_t LaunchGatesToFloats(const LayerSpec& spec, const RawInputs& inputs, int64_t T,
-                                const ConvOutputs& out, cudaStream_t stream);
+                                const ConvOutputs& out, cudaStream_t stream,
+                                bool after_previous = false);
 
 // Where a prefill's arrays sit in its part of the scratch (byte offsets; -1 = not used). The
 // device tables come first (written by LaunchWritePrefillTables).

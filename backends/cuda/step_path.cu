@@ -7,6 +7,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/convert.cuh"
 #include "backends/cuda/kernels/recurrent_step.cuh"
+#include "backends/cuda/kernels/register_step.cuh"
 #include "backends/cuda/runtime_status.h"
 #include "backends/cuda/scratch_plan.h"
 
@@ -17,6 +18,9 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
                                    cudaStream_t stream) {
   const LayerConfig& layer = layers_.at(&spec);
   const int32_t n = run.num_sessions();
+  StepArgs args;
+  args.layer = layer;
+  args.state_bf16 = spec.state_dtype == DType::kBFloat16;
   LUMEN_CUDA_RETURN_IF_ERROR(
       LaunchCheckInputs(layer, inputs, n, n, nullptr, false, input_error_, stream),
       "launching the input check");
@@ -29,18 +33,19 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
   call.num_tokens = n;
   call.max_seqlen = 1;
   call.state_bf16 = spec.state_dtype == DType::kBFloat16;
+  // On sm_90 the register kernel's chain (check, conversions, convolution, step, window
+  // update) is launched as programmatic dependents, each starting while the one before runs:
+  // a one-token step is a chain of short launches, and their launch latencies otherwise add.
+  const bool chained = dependent_launch_ && RegisterStepFits(args);
   if (has_extras) {
-    LUMEN_CUDA_RETURN_IF_ERROR(LaunchGatesToFloats(spec, inputs, n, prepared, stream),
+    LUMEN_CUDA_RETURN_IF_ERROR(LaunchGatesToFloats(spec, inputs, n, prepared, stream, chained),
                                "launching the input conversion");
   }
 
-  StepArgs args;
-  args.layer = layer;
   args.inputs = has_extras ? ExtrasAsInputs(plan, extras) : inputs;
   float* o32 = At<float>(extras, plan.o);  // Mamba-2 with D: the skip is added afterwards
   args.o = o32 != nullptr ? o32 : o;
   args.out_dtype = o32 != nullptr ? DType::kFloat32 : static_cast<DType>(run.output->dtype);
-  args.state_bf16 = call.state_bf16;
   args.input_error = input_error_;
   args.multiprocessors = multiprocessors_;
   args.shared_bytes_per_multiprocessor = shared_bytes_per_multiprocessor_;
@@ -54,11 +59,12 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
     states.first = first;
     if (has_extras) {
       LUMEN_CUDA_RETURN_IF_ERROR(LaunchConvInputs(layer, conv->second, inputs, call, states,
-                                                  args.num_sessions, prepared, stream),
+                                                  args.num_sessions, prepared, stream, chained),
                                  "launching the convolution");
     }
-    // Only the first launch comes right after the check (sm_90 only: see StepArgs).
-    args.follows_check = dependent_launch_ && !has_extras && first == 0;
+    // Without a chain, only the first launch comes right after the check (see StepArgs).
+    args.after_previous = chained || (dependent_launch_ && !has_extras && first == 0);
+    args.inputs_from_previous = chained && has_extras;
     LUMEN_CUDA_RETURN_IF_ERROR(LaunchRecurrentStep(args, states.values, stream),
                                "launching the step kernel");
   }
@@ -67,7 +73,7 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
         LaunchFinishOutput(o32, prepared.x, conv->second.d_skip, spec.num_value_heads,
                            spec.value_dim, o, static_cast<DType>(run.output->dtype),
                            int64_t{n} * spec.num_value_heads * spec.value_dim, input_error_,
-                           stream),
+                           stream, dependent_launch_),
         "launching the output pass");
   }
   if (has_extras && spec.conv_size > 1) {
@@ -76,7 +82,7 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
       for (int32_t s = 0; s < count; ++s) states.values.layer_state[s] = run.states[first + s];
       states.first = first;
       LUMEN_CUDA_RETURN_IF_ERROR(LaunchCommitWindows(conv->second, inputs, call, states, count,
-                                                     input_error_, stream),
+                                                     input_error_, stream, dependent_launch_),
                                  "launching the window update");
     }
   }

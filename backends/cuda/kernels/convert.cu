@@ -31,17 +31,22 @@ __global__ void NarrowKernel(const float* const* wide, void* const* stored, int6
   }
 }
 
+// Reads only the call's raw inputs: as a dependent launch it runs beside the kernel before it,
+// and waits for it only at the end (see LaunchKernel).
 __global__ void ToFloatsKernel(const void* src, DType dtype, float* dst, int64_t count) {
+  AllowDependentLaunch();
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * kThreads) {
     dst[i] = LoadElement(src, i, dtype);
   }
+  WaitForPrerequisiteGrids();
 }
 
 __global__ void FinishOutputKernel(const float* o32, const float* x, const float* d_skip,
                                    int32_t num_value_heads, int32_t value_dim, void* o,
                                    DType dtype, int64_t count,
                                    const InputErrorRecord* record) {
+  WaitForPrerequisiteGrids();  // the step's o, and the check's record
   if (InputFailed(record)) return;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * kThreads) {
@@ -79,20 +84,19 @@ cudaError_t LaunchNarrowStates(const float* const* wide, void* const* stored, in
 }
 
 cudaError_t LaunchToFloats(const void* src, DType dtype, float* dst, int64_t count,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, bool after_previous) {
   if (dst == nullptr || count == 0) return cudaSuccess;
-  ToFloatsKernel<<<Grid(count, 1), kThreads, 0, stream>>>(src, dtype, dst, count);
-  return cudaGetLastError();
+  return LaunchKernel(ToFloatsKernel, Grid(count, 1), dim3(kThreads), 0, after_previous, stream,
+                      src, dtype, dst, count);
 }
 
 cudaError_t LaunchFinishOutput(const float* o32, const float* x, const float* d_skip,
                                int32_t num_value_heads, int32_t value_dim, void* o,
                                DType dtype, int64_t count, const InputErrorRecord* record,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, bool after_previous) {
   if (count == 0) return cudaSuccess;
-  FinishOutputKernel<<<Grid(count, 1), kThreads, 0, stream>>>(o32, x, d_skip, num_value_heads,
-                                                             value_dim, o, dtype, count, record);
-  return cudaGetLastError();
+  return LaunchKernel(FinishOutputKernel, Grid(count, 1), dim3(kThreads), 0, after_previous,
+                      stream, o32, x, d_skip, num_value_heads, value_dim, o, dtype, count, record);
 }
 
 }  // namespace lumen::cuda

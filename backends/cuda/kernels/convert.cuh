@@ -25,8 +25,10 @@ namespace lumen::cuda {
 
 // dst[0..count) = src[0..count) read as `dtype` (a lumen_dtype value), in fp32 (nothing when
 // dst is null).
+// `after_previous`: launched as a programmatic dependent of the kernel before it on the
+// stream (LaunchKernel), as in a one-token step's chain of launches; likewise below.
 cudaError_t LaunchToFloats(const void* src, DType dtype, float* dst, int64_t count,
-                           cudaStream_t stream);
+                           cudaStream_t stream, bool after_previous = false);
 
 // The output of a call: o[i] = o32[i] (+ D[head] * x[i], Mamba-2's skip, when x and d_skip are
 // given) stored as `dtype`, for count = T * HV * V elements; o may be o32 when dtype is fp32.
@@ -34,6 +36,6 @@ cudaError_t LaunchToFloats(const void* src, DType dtype, float* dst, int64_t cou
 cudaError_t LaunchFinishOutput(const float* o32, const float* x, const float* d_skip,
                                int32_t num_value_heads, int32_t value_dim, void* o,
                                DType dtype, int64_t count, const InputErrorRecord* record,
-                               cudaStream_t stream);
+                               cudaStream_t stream, bool after_previous = false);
 
 }  // namespace lumen::cuda

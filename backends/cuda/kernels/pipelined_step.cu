@@ -272,9 +272,9 @@ cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t 
                             1, kMaxBlocksPerMultiprocessor);
     blocks = std::min(items, per_multiprocessor * args.multiprocessors);
   }
-  return LaunchStepKernel(kKernel, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads),
-                          static_cast<size_t>(kSharedBytes), args.follows_check, stream, args,
-                          states, tiles_per_head);
+  return LaunchKernel(kKernel, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads),
+                      static_cast<size_t>(kSharedBytes), args.after_previous, stream, args,
+                      states, tiles_per_head);
 }
 
 template <int kVec>

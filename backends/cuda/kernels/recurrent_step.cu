@@ -397,8 +397,8 @@ cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t 
   const int64_t tiles = (args.layer.value_dim + tile_columns - 1) / tile_columns;
   const dim3 grid(static_cast<uint32_t>(tiles * args.layer.num_value_heads),
                   static_cast<uint32_t>(args.num_sessions));
-  return LaunchStepKernel(RecurrentStepKernel<kVec, kRows, kSingleChunk>, grid,
-                          dim3(kBlockThreads), 0, args.follows_check, stream, args, states);
+  return LaunchKernel(RecurrentStepKernel<kVec, kRows, kSingleChunk>, grid, dim3(kBlockThreads),
+                      0, args.after_previous, stream, args, states);
 }
 
 // The one dispatch switch: 16-byte column groups when V allows them, rows held in registers

@@ -4,7 +4,6 @@
 // so every state element is read once and written once, in 16-byte accesses.
 
 #include <cstdint>
-#include <utility>
 
 #include "backends/cuda/gpu_compat.cuh"
 #include "backends/cuda/kernels/input_check.cuh"
@@ -34,42 +33,19 @@ struct StepArgs {
   void* const* state_table = nullptr;
   // While this record holds an error, the launch changes no state and writes no output.
   const InputErrorRecord* input_error = nullptr;
-  // The launch directly follows the input check (LaunchCheckInputs) on the stream: on sm_90
-  // it then starts while the check runs, loads its state, and waits for the check before it
-  // reads the record (programmatic dependent launch).
-  bool follows_check = false;
+  // Launched as a programmatic dependent of the kernel before it on the stream (sm_90,
+  // LaunchKernel): it starts while that kernel runs, loads its state, and waits for it before
+  // it reads the input check's record. Set only where the kernel before is the check, or
+  // (register kernel only, with inputs_from_previous) the convolution pass.
+  bool after_previous = false;
+  // The inputs were written by the kernels just before this one (the convolution pass): the
+  // register kernel then waits for them before it reads them.
+  bool inputs_from_previous = false;
   // The device's multiprocessors and shared memory per multiprocessor: they size the
   // pipelined kernel's persistent grid (0: one block per tile).
   int32_t multiprocessors = 0;
   int64_t shared_bytes_per_multiprocessor = 0;
 };
-
-// Launches a step kernel; with `follows_check` (sm_90 paths only) as a programmatic dependent
-// launch of the input check before it (see StepArgs::follows_check).
-template <typename... Params, typename... Args>
-cudaError_t LaunchStepKernel(void (*kernel)(Params...), dim3 grid, dim3 block,
-                             size_t shared_bytes, bool follows_check, cudaStream_t stream,
-                             Args&&... args) {
-#if LUMEN_GPU_NVIDIA_PATHS
-  if (follows_check) {
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.dynamicSmemBytes = shared_bytes;
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-  }
-#else
-  (void)follows_check;
-#endif
-  kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
-  return cudaGetLastError();
-}
 
 // Enqueues one token for each session of `args` on `stream`: the state update, o, and for a
 // normalised layer the normalizer update (a second, small launch). No allocation, no

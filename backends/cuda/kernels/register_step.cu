@@ -205,6 +205,7 @@ __global__ void __launch_bounds__(kThreads, 8)
 RegisterStepKernel(const StepArgs args, const StepStates states) {
   constexpr int kTokens = kRun ? kMaxRunTokens : 1;
   __shared__ TileShared<kTokens> shared;
+  AllowDependentLaunch();  // every kernel launched after it waits for it before reading it
   const LayerConfig& layer = args.layer;
   const int32_t V = layer.value_dim, HV = layer.num_value_heads, H = layer.num_heads;
   const int32_t tiles = V / kTileColumns;
@@ -236,6 +237,7 @@ RegisterStepKernel(const StepArgs args, const StepStates states) {
   for (int m = 0; m < kRowsPerThread; ++m) {
     s[m] = *reinterpret_cast<const float4*>(matrix + int64_t{at.r + kRowGroups * m} * V);
   }
+  if (args.inputs_from_previous) WaitForPrerequisiteGrids();  // the convolution's outputs
   PrepareTokens<kDelta, kPerChannelGate, kTokens>(args, at, first_token, count, shared);
   __syncthreads();
   if constexpr (kRun) {
@@ -259,8 +261,8 @@ cudaError_t Launch(const StepArgs& args, const StepStates& states, cudaStream_t 
   const dim3 grid(static_cast<uint32_t>(args.layer.value_dim / kTileColumns *
                                         args.layer.num_value_heads),
                   static_cast<uint32_t>(args.num_sessions));
-  return LaunchStepKernel(RegisterStepKernel<kDelta, kPerChannelGate, kRun>, grid, dim3(kThreads), 0,
-                          args.follows_check, stream, args, states);
+  return LaunchKernel(RegisterStepKernel<kDelta, kPerChannelGate, kRun>, grid, dim3(kThreads), 0,
+                      args.after_previous, stream, args, states);
 }
 
 // The kernel for the layer's gate kind and rule, a step's or a token run's.
@@ -290,7 +292,7 @@ cudaError_t LaunchRegisterTokens(const StepArgs& args, int32_t num_sessions,
   const StepStates unused{};  // the states come from args.state_table
   for (int32_t first = 0; first < num_sessions; first += kMaxGridY) {
     launch.first_session = first;
-    launch.follows_check = args.follows_check && first == 0;  // only the first is next to it
+    launch.after_previous = args.after_previous && first == 0;  // only the first is next to it
     launch.num_sessions = std::min(kMaxGridY, num_sessions - first);
     if (cudaError_t error = LaunchFor<true>(launch, unused, stream); error != cudaSuccess) {
       return error;

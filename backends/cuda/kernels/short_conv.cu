@@ -78,12 +78,12 @@ __device__ __forceinline__ char* WindowOf(const ConvLayer& conv, const ConvCall&
          conv.window_offset[part] * (call.state_bf16 ? 2 : 4);
 }
 
-__global__ void __launch_bounds__(kThreads)
-ConvInputsKernel(const LayerConfig layer, const ConvLayer conv, const RawInputs in,
-                 const ConvCall call, const SessionStates states, const ConvOutputs out,
-                 int32_t chunk_tokens) {
-  ChannelTask task;
-  if (!LocateTask(conv, call, states, &task)) return;
+// One thread's channel of one session over its run of tokens.
+__device__ __forceinline__ void ConvolveChannel(const LayerConfig& layer, const ConvLayer& conv,
+                                                const RawInputs& in, const ConvCall& call,
+                                                const SessionStates& states,
+                                                const ConvOutputs& out, int32_t chunk_tokens,
+                                                const ChannelTask& task) {
   const auto [part, C, c, session, first, length] = task;
   const int64_t begin = int64_t{blockIdx.y} * chunk_tokens;
   const int64_t end = min(length, begin + chunk_tokens);
@@ -123,8 +123,23 @@ ConvInputsKernel(const LayerConfig layer, const ConvLayer conv, const RawInputs 
 }
 
 __global__ void __launch_bounds__(kThreads)
+ConvInputsKernel(const LayerConfig layer, const ConvLayer conv, const RawInputs in,
+                 const ConvCall call, const SessionStates states, const ConvOutputs out,
+                 int32_t chunk_tokens) {
+  // Reads the raw inputs and the windows, which the kernels of this call before it do not
+  // write: as a dependent launch it runs beside them, and waits only before it exits.
+  AllowDependentLaunch();
+  ChannelTask task;
+  if (LocateTask(conv, call, states, &task)) {
+    ConvolveChannel(layer, conv, in, call, states, out, chunk_tokens, task);
+  }
+  WaitForPrerequisiteGrids();
+}
+
+__global__ void __launch_bounds__(kThreads)
 CommitWindowsKernel(const ConvLayer conv, const RawInputs in, const ConvCall call,
                     const SessionStates states, const InputErrorRecord* record) {
+  WaitForPrerequisiteGrids();  // the check's record, and the convolution's reads of the windows
   if (InputFailed(record)) return;
   ChannelTask task;
   if (!LocateTask(conv, call, states, &task)) return;
@@ -148,7 +163,8 @@ CommitWindowsKernel(const ConvLayer conv, const RawInputs in, const ConvCall cal
 cudaError_t LaunchConvInputs(const LayerConfig& layer, const ConvLayer& conv,
                              const RawInputs& inputs, const ConvCall& call,
                              const SessionStates& states, int32_t count,
-                             const ConvOutputs& out, cudaStream_t stream) {
+                             const ConvOutputs& out, cudaStream_t stream,
+                             bool after_previous) {
   if (count == 0 || call.num_tokens == 0) return cudaSuccess;
   const int64_t longest = call.cu_seqlens == nullptr ? 1 : call.max_seqlen;
   int64_t chunk_tokens = kChunkTokens;
@@ -163,9 +179,12 @@ cudaError_t LaunchConvInputs(const LayerConfig& layer, const ConvLayer& conv,
     group.first = states.first + done;
     const dim3 grid(blocks, static_cast<uint32_t>(std::max<int64_t>(chunks, 1)),
                     static_cast<uint32_t>(std::min(count - done, kMaxGridYZ)));
-    ConvInputsKernel<<<grid, kThreads, 0, stream>>>(layer, conv, inputs, call, group, out,
-                                                    static_cast<int32_t>(chunk_tokens));
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (cudaError_t e = LaunchKernel(ConvInputsKernel, grid, dim3(kThreads), 0, after_previous,
+                                     stream, layer, conv, inputs, call, group, out,
+                                     static_cast<int32_t>(chunk_tokens));
+        e != cudaSuccess) {
+      return e;
+    }
     if (states.table == nullptr) break;  // by value: one launch's sessions only
   }
   return cudaSuccess;
@@ -174,15 +193,18 @@ cudaError_t LaunchConvInputs(const LayerConfig& layer, const ConvLayer& conv,
 cudaError_t LaunchCommitWindows(const ConvLayer& conv, const RawInputs& inputs,
                                 const ConvCall& call, const SessionStates& states,
                                 int32_t count, const InputErrorRecord* record,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, bool after_previous) {
   if (conv.width <= 1 || count == 0) return cudaSuccess;
   const uint32_t blocks = static_cast<uint32_t>((AllChannels(conv) + kThreads - 1) / kThreads);
   SessionStates group = states;
   for (int32_t done = 0; done < count; done += kMaxGridYZ) {
     group.first = states.first + done;
     const dim3 grid(blocks, 1, static_cast<uint32_t>(std::min(count - done, kMaxGridYZ)));
-    CommitWindowsKernel<<<grid, kThreads, 0, stream>>>(conv, inputs, call, group, record);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (cudaError_t e = LaunchKernel(CommitWindowsKernel, grid, dim3(kThreads), 0,
+                                     after_previous, stream, conv, inputs, call, group, record);
+        e != cudaSuccess) {
+      return e;
+    }
     if (states.table == nullptr) break;
   }
   return cudaSuccess;

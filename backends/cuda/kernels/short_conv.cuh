@@ -65,12 +65,15 @@ struct ConvCall {
 cudaError_t LaunchConvInputs(const LayerConfig& layer, const ConvLayer& conv,
                              const RawInputs& inputs, const ConvCall& call,
                              const SessionStates& states, int32_t count,
-                             const ConvOutputs& out, cudaStream_t stream);
+                             const ConvOutputs& out, cudaStream_t stream,
+                             bool after_previous = false);
 
+// `after_previous` (both): launched as a programmatic dependent of the kernel before it
+// (LaunchKernel), as in a one-token step's chain of launches.
 // Stores each session's window after its tokens (sessions as for LaunchConvInputs): the last W-1 of window ++ raw inputs.
 cudaError_t LaunchCommitWindows(const ConvLayer& conv, const RawInputs& inputs,
                                 const ConvCall& call, const SessionStates& states,
                                 int32_t count, const InputErrorRecord* record,
-                                cudaStream_t stream);
+                                cudaStream_t stream, bool after_previous = false);
 
 }  // namespace lumen::cuda
