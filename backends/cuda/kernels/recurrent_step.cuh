@@ -31,6 +31,8 @@ struct StepArgs {
   // [cu_seqlens[s], cu_seqlens[s + 1]) and its state is state_table[s] (device arrays).
   const int32_t* cu_seqlens = nullptr;
   void* const* state_table = nullptr;
+  // False for a tentative pass (register kernel's token runs only): outputs, no state write.
+  bool write_state = true;
   // While this record holds an error, the launch changes no state and writes no output.
   const InputErrorRecord* input_error = nullptr;
   // Launched as a programmatic dependent of the kernel before it on the stream (sm_90,

@@ -197,7 +197,8 @@ __device__ __forceinline__ bool RunToken(const StepArgs& args, const TilePlace& 
 }
 
 // A step (kRun false: one token per session, session s reads token first_session + s) or a
-// token run (args.cu_seqlens, up to kMaxRunTokens tokens per session). Both prepare their
+// token run (args.cu_seqlens, any number of tokens per session, kMaxRunTokens prepared at a
+// time). Both prepare their
 // tokens with PrepareTokens and run each through RunToken; the step's kernel has no loop and
 // a token's worth of shared memory.
 template <bool kDelta, bool kPerChannelGate, bool kRun>
@@ -238,17 +239,29 @@ RegisterStepKernel(const StepArgs args, const StepStates states) {
     s[m] = *reinterpret_cast<const float4*>(matrix + int64_t{at.r + kRowGroups * m} * V);
   }
   if (args.inputs_from_previous) WaitForPrerequisiteGrids();  // the convolution's outputs
-  PrepareTokens<kDelta, kPerChannelGate, kTokens>(args, at, first_token, count, shared);
-  __syncthreads();
   if constexpr (kRun) {
+    // kTokens tokens prepared at a time; the arrays are prepared again only once every
+    // thread is done with the previous group's.
+    for (int32_t base = 0; base < count; base += kTokens) {
+      const int32_t group = min(kTokens, count - base);
+      if (base > 0) __syncthreads();
+      PrepareTokens<kDelta, kPerChannelGate, kTokens>(args, at, first_token + base, group, shared);
+      __syncthreads();
 #pragma unroll 1
-    for (int j = 0; j < count; ++j) {
-      if (!RunToken<kDelta, kTokens>(args, at, j, int64_t{first_token} + j, j == 0, s, shared)) {
-        return;  // the call's inputs failed their check: change nothing
+      for (int j = 0; j < group; ++j) {
+        if (!RunToken<kDelta, kTokens>(args, at, j, int64_t{first_token} + base + j,
+                                       base + j == 0, s, shared)) {
+          return;  // the call's inputs failed their check: change nothing
+        }
       }
     }
   } else {
+    PrepareTokens<kDelta, kPerChannelGate, kTokens>(args, at, first_token, count, shared);
+    __syncthreads();
     if (!RunToken<kDelta, kTokens>(args, at, 0, first_token, true, s, shared)) return;
+  }
+  if constexpr (kRun) {
+    if (!args.write_state) return;  // a tentative pass: outputs only
   }
 #pragma unroll
   for (int m = 0; m < kRowsPerThread; ++m) {

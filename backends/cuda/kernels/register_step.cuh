@@ -16,14 +16,14 @@ bool RegisterStepFits(const StepArgs& args);
 cudaError_t LaunchRegisterStep(const StepArgs& args, const StepStates& states,
                                cudaStream_t stream);
 
-// Sequences a token run takes at most: up to here one pass over the state beats the chunkwise
-// form (docs/cuda_decode.md).
+// Tokens a token run prepares at a time, and the longest sequences a prefill runs as a token
+// run: up to here one pass over the state beats the chunkwise form (docs/cuda_decode.md).
 inline constexpr int32_t kMaxRunTokens = 8;
 
 // Enqueues a token run: session s (0 <= s < num_sessions) runs its tokens
-// [args.cu_seqlens[s], args.cu_seqlens[s + 1]) over the state args.state_table[s], reading and
-// writing the state once. Each token computes exactly what a one-token step does. Returns the
-// launch status.
+// [args.cu_seqlens[s], args.cu_seqlens[s + 1]) over the state args.state_table[s], reading the
+// state once and writing it once (not at all without args.write_state). Each token computes
+// exactly what a one-token step does. Returns the launch status.
 cudaError_t LaunchRegisterTokens(const StepArgs& args, int32_t num_sessions,
                                  cudaStream_t stream);
 
