@@ -95,6 +95,14 @@ class CudaBackend : public Backend {
                         void* o, char* extras, cudaStream_t stream);
   absl::Status RunPrefill(const LayerSpec& spec, const LayerRun& run, const RawInputs& inputs,
                           void* o, char* extras, char* scratch, cudaStream_t stream);
+  // A recurrent run of several tokens per session (a commit's replay) on a layer the register
+  // kernel does not take: each session's tokens as one-token steps, in order, through the
+  // step's own kernels, so that the results are a step's bit for bit. Its inputs have passed
+  // the check before (as tentative tokens): a failing value would be reported as the first
+  // token of a one-session call.
+  absl::Status RunStepByStep(const LayerSpec& spec, const LayerRun& run,
+                             const RawInputs& inputs, void* o, char* extras,
+                             cudaStream_t stream);
 
   const int32_t device_;
   bool dependent_launch_ = false;  // sm_90 or newer: steps overlap the input check

@@ -91,7 +91,9 @@ absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
   // lengths it may read before the check holds a failing call's at 0 do not matter, since
   // it reads the check's record before it writes anything.
   run_args.after_previous = dependent_launch_ && !has_extras;
-  const bool token_run = RegisterStepFits(run_args) && LongestSequence(run) <= kMaxRunTokens;
+  // A recurrent run (not chunkwise: a commit's replay) comes here only as a token run.
+  const bool token_run = RegisterStepFits(run_args) &&
+                         (!run.chunkwise || LongestSequence(run) <= kMaxRunTokens);
   if (token_run) {
     LUMEN_CUDA_RETURN_IF_ERROR(LaunchRegisterTokens(run_args, n, stream),
                                "launching the token run");

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels/register_step.cuh"
 #include "backends/cuda/runtime_status.h"
 #include "backends/cuda/scratch_plan.h"
 
@@ -65,8 +66,16 @@ absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerR
     staging = static_cast<char*>(staging_);
   }
   const int64_t extras_bytes = PlanExtras(spec, run).total;
-  const int64_t prefill_bytes =
-      run.chunkwise ? PlanPrefill(spec, run).total : 0;
+  // A recurrent run of several tokens per session (a commit's replay) is a token run of the
+  // register kernel, through the prefill's tables, where the kernel takes the layer; else
+  // one-token steps.
+  StepArgs probe;
+  probe.layer = layers_.at(&spec);
+  probe.state_bf16 = spec.state_dtype == DType::kBFloat16;
+  const bool several = !run.chunkwise && LongestSequence(run) > 1;
+  const bool token_run = several && RegisterStepFits(probe);
+  const bool sequences = run.chunkwise || token_run;
+  const int64_t prefill_bytes = sequences ? PlanPrefill(spec, run).total : 0;
   const int64_t scratch_bytes = host_io_bytes + extras_bytes + prefill_bytes;
   const bool uses_scratch = scratch_bytes > 0;
   if (uses_scratch) {
@@ -115,8 +124,9 @@ absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerR
 
   char* extras = scratch + host_io_bytes;
   absl::Status status =
-      run.chunkwise ? RunPrefill(spec, run, inputs, o, extras, extras + extras_bytes, stream)
-                    : RunSteps(spec, run, inputs, o, extras, stream);
+      sequences ? RunPrefill(spec, run, inputs, o, extras, extras + extras_bytes, stream)
+      : several ? RunStepByStep(spec, run, inputs, o, extras, stream)
+                : RunSteps(spec, run, inputs, o, extras, stream);
   if (!status.ok()) return status;
 
   if (host_io) {

@@ -1,6 +1,7 @@
 // A step: one token for each of a call's sessions, through the recurrent kernels (one launch
 // per group of sessions), after the input check and, for layers with them, the convolution and
-// Mamba-2 passes.
+// Mamba-2 passes. Also several tokens per session as one-token steps in order (RunStepByStep),
+// where the register kernel's token run does not take the layer.
 
 #include <algorithm>
 
@@ -84,6 +85,38 @@ absl::Status CudaBackend::RunSteps(const LayerSpec& spec, const LayerRun& run,
       LUMEN_CUDA_RETURN_IF_ERROR(LaunchCommitWindows(conv->second, inputs, call, states, count,
                                                      input_error_, stream, dependent_launch_),
                                  "launching the window update");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::RunStepByStep(const LayerSpec& spec, const LayerRun& run,
+                                        const RawInputs& inputs, void* o, char* extras,
+                                        cudaStream_t stream) {
+  const int64_t in_size = DTypeSize(inputs.dtype);
+  const int64_t out_size = DTypeSize(static_cast<DType>(run.output->dtype));
+  auto at = [](const void* base, int64_t bytes) -> const void* {
+    return base == nullptr ? nullptr : static_cast<const char*>(base) + bytes;
+  };
+  LayerRun one;
+  one.layer = run.layer;
+  one.inputs = run.inputs;
+  one.output = run.output;
+  one.cu_seqlens = {0, 1};
+  for (int32_t i = 0; i < run.num_sessions(); ++i) {
+    one.states = {run.states[i]};
+    for (int64_t t = run.cu_seqlens[i]; t < run.cu_seqlens[i + 1]; ++t) {
+      RawInputs token = inputs;
+      token.q = at(inputs.q, t * spec.num_heads * spec.key_dim * in_size);
+      token.k = at(inputs.k, t * spec.num_heads * spec.key_dim * in_size);
+      token.v = at(inputs.v, t * spec.num_value_heads * spec.value_dim * in_size);
+      token.g = at(inputs.g, t * spec.g_per_token() * in_size);
+      token.beta = at(inputs.beta, t * spec.num_value_heads * in_size);
+      void* token_o = static_cast<char*>(o) + t * spec.num_value_heads * spec.value_dim * out_size;
+      if (absl::Status status = RunSteps(spec, one, token, token_o, extras, stream);
+          !status.ok()) {
+        return status;
+      }
     }
   }
   return absl::OkStatus();
