@@ -102,34 +102,8 @@ TEST_CASE("CUDA steps match the CPU at odd and large dims", "[.cuda]") {
 TEST_CASE("CUDA varlen prefill matches the CPU, with empty sequences", "[.cuda]") {
   std::mt19937 rng(TestSeed());
   INFO("seed " << TestSeed());
-  const std::vector<int32_t> lengths = {0, 1, 700, 0, 64, 2000, 63};
-  const int32_t n = static_cast<int32_t>(lengths.size());
-  std::vector<int32_t> cu = {0};
-  for (int32_t len : lengths) cu.push_back(cu.back() + len);
   for (const RefLayer& layer : EveryFamily(4, 8, 128, 128, rng)) {
-    INFO(layer.Describe());
-    const LayerEngines engines(layer, n, rng, LayerEngines::Cpu::kYes);
-    Sessions on_cpu = engines.SessionsOn(engines.cpu);
-    Sessions on_gpu = engines.SessionsOn(engines.gpu);
-    const int64_t T = cu.back();
-    const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, T, rng), LUMEN_DTYPE_FLOAT32);
-    lumen_layer_inputs in = InputsFor(layer, tokens, 0, T);
-    OutputBuffer cpu_out, gpu_out;
-    cpu_out.Reset(T * layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
-    gpu_out.Reset(T * layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
-    lumen_layer_output out_cpu = cpu_out.Output(0, T * layer.VPerToken());
-    lumen_layer_output out_gpu = gpu_out.Output(0, T * layer.VPerToken());
-    REQUIRE_OK(lumen_engine_prefill_varlen(engines.cpu.get(), 0, on_cpu.handles.data(), n,
-                                           cu.data(), &in, &out_cpu));
-    REQUIRE_OK(lumen_engine_prefill_varlen(engines.gpu.get(), 0, on_gpu.handles.data(), n,
-                                           cu.data(), &in, &out_gpu));
-    const ErrorReport eo = Measure(gpu_out.Values(), ToDouble(cpu_out.Values()));
-    INFO("o: " << eo.Describe());
-    CHECK(eo.Passes(kPrefillBound));
-    for (int32_t i = 0; i < n; ++i) {
-      INFO("session " << i << " of " << lengths[i] << " tokens");
-      CheckStatesClose(layer, on_gpu.handles[i], on_cpu.handles[i], kPrefillBound);
-    }
+    CompareVarlenPrefill(layer, {0, 1, 700, 0, 64, 2000, 63}, rng);
   }
 }
 

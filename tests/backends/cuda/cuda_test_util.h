@@ -353,4 +353,37 @@ inline void CompareBatchedSteps(const RefLayer& layer, int32_t n, int32_t steps,
   cudaStreamDestroy(stream);
 }
 
+// Prefills sessions of the given lengths (varlen, host buffers, fp32 inputs) on the CPU and on
+// CUDA from the same states and inputs, and compares outputs and states within kPrefillBound.
+inline void CompareVarlenPrefill(const RefLayer& layer, const std::vector<int32_t>& lengths,
+                                 std::mt19937& rng) {
+  INFO(layer.Describe());
+  const int32_t n = static_cast<int32_t>(lengths.size());
+  std::vector<int32_t> cu = {0};
+  for (const int32_t length : lengths) cu.push_back(cu.back() + length);
+  const int64_t T = cu.back();
+  const LayerEngines engines(layer, n, rng, LayerEngines::Cpu::kYes);
+  Sessions on_cpu = engines.SessionsOn(engines.cpu);
+  Sessions on_gpu = engines.SessionsOn(engines.gpu);
+  const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, T, rng), LUMEN_DTYPE_FLOAT32);
+  lumen_layer_inputs in = InputsFor(layer, tokens, 0, T);
+  const int64_t o_count = T * layer.VPerToken();
+  OutputBuffer cpu_out, gpu_out;
+  cpu_out.Reset(o_count, LUMEN_DTYPE_FLOAT32);
+  gpu_out.Reset(o_count, LUMEN_DTYPE_FLOAT32);
+  lumen_layer_output out_cpu = cpu_out.Output(0, o_count);
+  lumen_layer_output out_gpu = gpu_out.Output(0, o_count);
+  REQUIRE_OK(lumen_engine_prefill_varlen(engines.cpu.get(), 0, on_cpu.handles.data(), n,
+                                         cu.data(), &in, &out_cpu));
+  REQUIRE_OK(lumen_engine_prefill_varlen(engines.gpu.get(), 0, on_gpu.handles.data(), n,
+                                         cu.data(), &in, &out_gpu));
+  const ErrorReport eo = Measure(gpu_out.Values(), ToDouble(cpu_out.Values()));
+  INFO("o: " << eo.Describe());
+  CHECK(eo.Passes(kPrefillBound));
+  for (int32_t i = 0; i < n; ++i) {
+    INFO("session " << i << " of " << lengths[i] << " tokens");
+    CheckStatesClose(layer, on_gpu.handles[i], on_cpu.handles[i], kPrefillBound);
+  }
+}
+
 }  // namespace lumen_test

@@ -78,34 +78,8 @@ TEST_CASE("a CUDA prefill of up to 8 tokens per session is bitwise the same as s
 TEST_CASE("CUDA prefills of 1 to 8 tokens per session match the CPU", "[.cuda]") {
   std::mt19937 rng(TestSeed());
   INFO("seed " << TestSeed());
-  const std::vector<int32_t> lengths = {1, 2, 3, 4, 0, 5, 6, 7, 8};
-  const std::vector<int32_t> cu = Offsets(lengths);
-  const int32_t n = static_cast<int32_t>(lengths.size());
-  const int64_t T = cu.back();
   for (const RefLayer& layer : EveryFamily(4, 8, 128, 128, rng)) {
-    INFO(layer.Describe());
-    const LayerEngines engines(layer, n, rng, LayerEngines::Cpu::kYes);
-    Sessions on_cpu = engines.SessionsOn(engines.cpu);
-    Sessions on_gpu = engines.SessionsOn(engines.gpu);
-    const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, T, rng), LUMEN_DTYPE_FLOAT32);
-    lumen_layer_inputs in = InputsFor(layer, tokens, 0, T);
-    const int64_t o_count = T * layer.VPerToken();
-    OutputBuffer cpu_out, gpu_out;
-    cpu_out.Reset(o_count, LUMEN_DTYPE_FLOAT32);
-    gpu_out.Reset(o_count, LUMEN_DTYPE_FLOAT32);
-    lumen_layer_output out_cpu = cpu_out.Output(0, o_count);
-    lumen_layer_output out_gpu = gpu_out.Output(0, o_count);
-    REQUIRE_OK(lumen_engine_prefill_varlen(engines.cpu.get(), 0, on_cpu.handles.data(), n,
-                                           cu.data(), &in, &out_cpu));
-    REQUIRE_OK(lumen_engine_prefill_varlen(engines.gpu.get(), 0, on_gpu.handles.data(), n,
-                                           cu.data(), &in, &out_gpu));
-    const ErrorReport eo = Measure(gpu_out.Values(), ToDouble(cpu_out.Values()));
-    INFO("o: " << eo.Describe());
-    CHECK(eo.Passes(kPrefillBound));
-    for (int32_t i = 0; i < n; ++i) {
-      INFO("session " << i << " of " << lengths[i] << " tokens");
-      CheckStatesClose(layer, on_gpu.handles[i], on_cpu.handles[i], kPrefillBound);
-    }
+    CompareVarlenPrefill(layer, {1, 2, 3, 4, 0, 5, 6, 7, 8}, rng);
   }
 }
 
