@@ -71,6 +71,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
                        absl::Span<const int32_t> cu_seqlens, const lumen_layer_inputs& inputs,
                        lumen_layer_output& output);
 
+  // Tentative tokens (lumen.h, "Tentative tokens"): session i runs tokens cu_seqlens[i] ..
+  // cu_seqlens[i + 1] of the inputs without changing its state, and keeps them.
+  absl::Status StepTentative(int32_t layer, absl::Span<Session* const> sessions,
+                             absl::Span<const int32_t> cu_seqlens,
+                             const lumen_layer_inputs& inputs, lumen_layer_output& output);
+  // Session i accepts its first accepted[i] tentative tokens, replayed layer by layer.
+  absl::Status Commit(absl::Span<Session* const> sessions, absl::Span<const int32_t> accepted);
+
   // Makes the backend ready for every layer call within `reservation` (lumen_engine_reserve:
   // checked here, then handed to the backend).
   absl::Status Reserve(const lumen_reservation& reservation);
@@ -101,10 +109,23 @@ class Engine : public std::enable_shared_from_this<Engine> {
     std::vector<std::pair<std::shared_ptr<TokenCounts>, int64_t>> tokens;
   };
 
+  // What a layer call does: a public step or prefill (refused for a session that holds
+  // tentative tokens), a tentative pass (changes no state or count), or a commit's replay of
+  // accepted tokens (recurrent, several tokens per session).
+  enum class CallKind { kStep, kPrefill, kTentative, kReplay };
+
   // Validates everything about a call, then runs it and advances the token counts.
-  absl::Status RunLayer(bool chunkwise, int32_t layer, absl::Span<Session* const> sessions,
+  absl::Status RunLayer(CallKind kind, int32_t layer, absl::Span<Session* const> sessions,
                         std::vector<int32_t> cu_seqlens, const lumen_layer_inputs& inputs,
                         lumen_layer_output& output);
+  // Replays tokens [first[i], first[i] + count[i]) of session i's kept inputs of `layer`
+  // through the step path, in one call (sessions whose kept inputs share dtype and memory).
+  absl::Status Replay(int32_t layer, absl::Span<Session* const> sessions,
+                      absl::Span<const int32_t> first, absl::Span<const int32_t> count);
+  // Commits one layer: replays each session's accepted[i] tokens (rounds of one token where
+  // the state is bf16, which steps round after every token), then drops its kept inputs.
+  absl::Status CommitLayer(int32_t layer, absl::Span<Session* const> sessions,
+                           absl::Span<const int32_t> accepted);
   // Applies the backend's report to the ledger: takes back the tokens of the calls that
   // changed nothing and forgets the calls that have run. Needs ledger_mutex_.
   void SettleAsyncCalls();
