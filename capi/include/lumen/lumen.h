@@ -813,9 +813,10 @@ LUMEN_API lumen_status lumen_engine_prefill_varlen(lumen_engine* engine, int32_t
 /* the session. lumen_session_commit(session, m) then replays the first m tokens through each */
 /* layer that ran them, in the step's arithmetic, and drops the rest.                         */
 /*                                                                                            */
-/*   - Exact. The outputs of a tentative call, and after commit(m) the session's state, conv  */
-/*     windows and token counts, are bitwise those of stepping the first m tokens one by one  */
-/*     with lumen_session_step. commit(0) leaves the session bitwise as it was.               */
+/*   - Exact. The outputs of a tentative call are bitwise those of stepping its tokens one by */
+/*     one with lumen_session_step; after commit(m) the session's state, conv windows and     */
+/*     token counts are bitwise those of stepping the first m. commit(0) leaves the session   */
+/*     bitwise as it was.                                                                     */
 /*   - Cost. A tentative call of n tokens reads the state once per head and runs the tokens   */
 /*     on a copy in cache; a commit reads and writes the state once, like one step; the       */
 /*     session keeps the inputs of n tokens per layer (q, k, v, g, beta in their dtype).      */
