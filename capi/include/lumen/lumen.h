@@ -817,9 +817,10 @@ LUMEN_API lumen_status lumen_engine_prefill_varlen(lumen_engine* engine, int32_t
 /*     one with lumen_session_step; after commit(m) the session's state, conv windows and     */
 /*     token counts are bitwise those of stepping the first m. commit(0) leaves the session   */
 /*     bitwise as it was.                                                                     */
-/*   - Cost. A tentative call of n tokens reads the state once per head and runs the tokens   */
-/*     on a copy in cache; a commit reads and writes the state once, like one step; the       */
-/*     session keeps the inputs of n tokens per layer (q, k, v, g, beta in their dtype).      */
+/*   - Cost. A tentative call of n tokens reads the state once and runs the n tokens'         */
+/*     arithmetic on a copy of each head in cache, writing no state; a commit of m tokens     */
+/*     replays them in place, reading and writing the state once with m tokens' arithmetic.   */
+/*     The session keeps the inputs of n tokens per layer (q, k, v, g, beta in their dtype).  */
 /*   - One count per session. Every layer's tentative call on a session takes the same n,     */
 /*     1 to LUMEN_MAX_TENTATIVE_TOKENS, and a layer takes tentative tokens once until commit. */
 /*     A commit replays every layer that ran them, and no other.                              */
