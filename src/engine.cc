@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -355,6 +356,182 @@ absl::Status Engine::CommitLayer(int32_t layer, absl::Span<Session* const> sessi
   return absl::OkStatus();
 }
 
+absl::Status Engine::SetRewindDepth(Session& session, int32_t depth) {
+  if (&session.engine() != this) {
+    return absl::FailedPreconditionError("the session belongs to another engine");
+  }
+  if (depth < 0 || depth > kMaxRewindTokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rewind depth ", depth, " is outside [0, ", kMaxRewindTokens,
+        "] (LUMEN_MAX_REWIND_TOKENS)"));
+  }
+  if (depth > 0 && backend_->kind() != LUMEN_BACKEND_CPU) {
+    return absl::UnimplementedError("rewind is supported by the CPU engine only, for now");
+  }
+  if (absl::Status status = session.CheckNoTentativeTokens(); !status.ok()) return status;
+  session.rewind().Reset(depth);  // each layer takes its checkpoint before its next token
+  return absl::OkStatus();
+}
+
+int32_t Engine::RewindAvailable(const Session& session) const {
+  const RewindHistory& history = session.rewind();
+  if (!history.enabled()) return 0;
+  int64_t available = history.depth();
+  for (int32_t layer = 0; layer < history.num_layers(); ++layer) {
+    const RewindHistory::Layer& kept = history.layer(layer);
+    if (kept.newer.position < 0) return 0;
+    available = std::min(available, session.tokens(layer) - kept.start());
+  }
+  return static_cast<int32_t>(available);
+}
+
+absl::Status Engine::TakeCheckpoint(Session& session, int32_t layer,
+                                    RewindHistory::Checkpoint* out) {
+  const int64_t bytes = model_->layer(layer).state_bytes();
+  RewindHistory::Checkpoint checkpoint;
+  try {
+    checkpoint.state.resize(bytes);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory for a rewind checkpoint");
+  }
+  if (absl::Status status = StateToHost(checkpoint.state.data(), session.layer_state(layer),
+                                        bytes);
+      !status.ok()) {
+    return status;
+  }
+  checkpoint.position = session.tokens(layer);
+  *out = std::move(checkpoint);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::BeforeCall(CallKind kind, int32_t layer,
+                                absl::Span<Session* const> sessions) {
+  if (kind != CallKind::kStep && kind != CallKind::kReplay) return absl::OkStatus();
+  for (Session* session : sessions) {
+    RewindHistory::Layer* kept =
+        session->rewind().enabled() ? &session->rewind().layer(layer) : nullptr;
+    if (kept == nullptr || kept->newer.position >= 0) continue;
+    if (absl::Status status = TakeCheckpoint(*session, layer, &kept->newer); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Engine::AfterCall(CallKind kind, int32_t layer, absl::Span<Session* const> sessions,
+                       const LayerRun& run) {
+  const bool records = kind == CallKind::kStep || kind == CallKind::kReplay;
+  if (!records && kind != CallKind::kPrefill) return;
+  const InputShape shape(model_->layer(layer));
+  const int64_t size = DTypeSize(static_cast<DType>(run.inputs->dtype));
+  const void* tensors[kNumInputTensors] = {run.inputs->q, run.inputs->k, run.inputs->v,
+                                           run.inputs->g, run.inputs->beta};
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    Session& session = *sessions[i];
+    if (!session.rewind().enabled()) continue;
+    RewindHistory::Layer& kept = session.rewind().layer(layer);
+    if (!records) {  // a prefill: the layer starts afresh at its next step
+      kept = RewindHistory::Layer{};
+      continue;
+    }
+    try {
+      for (int64_t t = run.cu_seqlens[i]; t < run.cu_seqlens[i + 1]; ++t) {
+        RewindHistory::Token token;
+        token.dtype = run.inputs->dtype;
+        token.inputs.resize(shape.token_elements() * size);
+        char* at = token.inputs.data();
+        for (int32_t tensor = 0; tensor < kNumInputTensors; ++tensor) {
+          const int64_t bytes = shape.per_token[tensor] * size;
+          if (bytes == 0) continue;
+          std::memcpy(at, static_cast<const char*>(tensors[tensor]) + t * bytes, bytes);
+          at += bytes;
+        }
+        kept.tokens.push_back(std::move(token));
+      }
+      const int64_t now = session.tokens(layer);
+      if (now - kept.newer.position >= session.rewind().depth()) {
+        RewindHistory::Checkpoint fresh;
+        if (!TakeCheckpoint(session, layer, &fresh).ok()) throw std::bad_alloc();
+        kept.older = std::move(kept.newer);
+        kept.newer = std::move(fresh);
+        while (static_cast<int64_t>(kept.tokens.size()) > now - kept.start()) {
+          kept.tokens.pop_front();
+        }
+      }
+    } catch (const std::bad_alloc&) {
+      kept = RewindHistory::Layer{};  // no memory to record: the history starts afresh
+    }
+  }
+}
+
+absl::Status Engine::Rewind(Session& session, int32_t tokens) {
+  if (absl::Status status = session.CheckNoTentativeTokens(); !status.ok()) return status;
+  if (!session.rewind().enabled()) {
+    return absl::InvalidArgumentError(
+        "the session keeps no rewind history: set a depth first (lumen_session_set_rewind_depth)");
+  }
+  const int32_t available = RewindAvailable(session);
+  if (tokens < 0 || tokens > available) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot rewind ", tokens, " tokens: the session can go back 0 to ", available));
+  }
+  if (tokens == 0) return absl::OkStatus();
+  Session* self = &session;
+  PinnedSessions pinned(*this, {&self, 1});
+  if (!pinned.status().ok()) return pinned.status();
+  for (int32_t layer = 0; layer < model_->num_layers(); ++layer) {
+    const LayerSpec& spec = model_->layer(layer);
+    const InputShape shape(spec);
+    RewindHistory::Layer& kept = session.rewind().layer(layer);
+    const int64_t target = session.tokens(layer) - tokens;
+    const RewindHistory::Checkpoint& from =
+        kept.newer.position <= target ? kept.newer : kept.older;
+    if (absl::Status status = StateFromHost(session.layer_state(layer), from.state.data(),
+                                            static_cast<int64_t>(from.state.size()));
+        !status.ok()) {
+      return status;
+    }
+    session.SetTokens(layer, from.position);
+    std::vector<float> o(spec.num_value_heads * spec.value_dim);
+    for (int64_t position = from.position; position < target; ++position) {
+      const RewindHistory::Token& token = kept.tokens[position - kept.start()];
+      const int64_t size = DTypeSize(static_cast<DType>(token.dtype));
+      lumen_layer_inputs inputs{};
+      inputs.struct_size = sizeof(inputs);
+      inputs.dtype = token.dtype;
+      inputs.memory = LUMEN_MEMORY_HOST;
+      const void** pointers[kNumInputTensors] = {&inputs.q, &inputs.k, &inputs.v, &inputs.g,
+                                                 &inputs.beta};
+      int64_t* counts[kNumInputTensors] = {&inputs.q_count, &inputs.k_count, &inputs.v_count,
+                                           &inputs.g_count, &inputs.beta_count};
+      const char* at = token.inputs.data();
+      for (int32_t tensor = 0; tensor < kNumInputTensors; ++tensor) {
+        if (shape.per_token[tensor] == 0) continue;
+        *pointers[tensor] = at;
+        *counts[tensor] = shape.per_token[tensor];
+        at += shape.per_token[tensor] * size;
+      }
+      lumen_layer_output output{};
+      output.struct_size = sizeof(output);
+      output.dtype = LUMEN_DTYPE_FLOAT32;
+      output.memory = LUMEN_MEMORY_HOST;
+      output.o = o.data();
+      output.o_count = static_cast<int64_t>(o.size());
+      if (absl::Status status =
+              RunLayer(CallKind::kRestore, layer, {&self, 1}, {0, 1}, inputs, output);
+          !status.ok()) {
+        return status;
+      }
+    }
+    kept.tokens.resize(target - kept.start());
+    if (kept.newer.position > target) {
+      kept.newer = std::move(kept.older);
+      kept.older = RewindHistory::Checkpoint{};
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Engine::Replay(int32_t layer, absl::Span<Session* const> sessions,
                             absl::Span<const int32_t> first, absl::Span<const int32_t> count) {
   const LayerSpec& spec = model_->layer(layer);
@@ -562,6 +739,7 @@ absl::Status Engine::RunLayer(CallKind kind, int32_t layer,
   run.inputs = &current;
   run.output = &output;
   if (run.num_tokens() == 0) return absl::OkStatus();
+  if (absl::Status status = BeforeCall(kind, layer, sessions); !status.ok()) return status;
   std::unique_lock<std::mutex> ledger(ledger_mutex_, std::defer_lock);
   if (backend_->has_async_calls()) ledger.lock();
   absl::StatusOr<AsyncCallId> call = backend_->Run(spec, run);
@@ -578,6 +756,7 @@ absl::Status Engine::RunLayer(CallKind kind, int32_t layer,
   }
   // A call that waits for the device (host buffers) may have learned of earlier calls.
   if (ledger.owns_lock()) SettleAsyncCalls();
+  if (call.ok()) AfterCall(kind, layer, sessions, run);
   return call.status();
 }
 

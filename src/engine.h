@@ -14,6 +14,7 @@
 #include "lumen/lumen.h"
 #include "src/backend.h"
 #include "src/model.h"
+#include "src/rewind_history.h"
 #include "src/session_residency.h"
 #include "src/thread_pool.h"
 #include "src/token_counts.h"
@@ -79,6 +80,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Session i accepts its first accepted[i] tentative tokens, replayed layer by layer.
   absl::Status Commit(absl::Span<Session* const> sessions, absl::Span<const int32_t> accepted);
 
+  // Rewind (lumen.h, "Rewind"): keeps the inputs of the session's last `depth` committed
+  // tokens (0: none); how many tokens every layer can go back now; going back.
+  absl::Status SetRewindDepth(Session& session, int32_t depth);
+  int32_t RewindAvailable(const Session& session) const;
+  absl::Status Rewind(Session& session, int32_t tokens);
+
   // Makes the backend ready for every layer call within `reservation` (lumen_engine_reserve:
   // checked here, then handed to the backend).
   absl::Status Reserve(const lumen_reservation& reservation);
@@ -112,12 +119,23 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // What a layer call does: a public step or prefill (refused for a session that holds
   // tentative tokens), a tentative pass (changes no state or count), or a commit's replay of
   // accepted tokens (recurrent, several tokens per session).
-  enum class CallKind { kStep, kPrefill, kTentative, kReplay };
+  // kRestore: a rewind's replay of kept tokens, which the rewind history does not record.
+  enum class CallKind { kStep, kPrefill, kTentative, kReplay, kRestore };
 
   // Validates everything about a call, then runs it and advances the token counts.
   absl::Status RunLayer(CallKind kind, int32_t layer, absl::Span<Session* const> sessions,
                         std::vector<int32_t> cu_seqlens, const lumen_layer_inputs& inputs,
                         lumen_layer_output& output);
+  // Keeps what a rewind needs of a call that changed the sessions' layer `layer`: before it
+  // runs, a checkpoint where a session's layer has none (BeforeCall); after it ran, its tokens'
+  // inputs, and a new checkpoint every `depth` tokens (AfterCall). A prefill starts the
+  // layer's history afresh.
+  absl::Status BeforeCall(CallKind kind, int32_t layer, absl::Span<Session* const> sessions);
+  void AfterCall(CallKind kind, int32_t layer, absl::Span<Session* const> sessions,
+                 const LayerRun& run);
+  // The layer's state of a pinned session, copied to host memory as a checkpoint.
+  absl::Status TakeCheckpoint(Session& session, int32_t layer, RewindHistory::Checkpoint* out);
+
   // Replays tokens [first[i], first[i] + count[i]) of session i's kept inputs of `layer`
   // through the step path, in one call (sessions whose kept inputs share dtype and memory).
   absl::Status Replay(int32_t layer, absl::Span<Session* const> sessions,

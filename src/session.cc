@@ -51,7 +51,10 @@ absl::Status Session::Reset() {
   PinnedSessions pinned(*engine_, {&self, 1});
   if (!pinned.status().ok()) return pinned.status();
   absl::Status status = engine_->ZeroState(block_);
-  if (status.ok()) tokens_->SetAll(0);
+  if (status.ok()) {
+    tokens_->SetAll(0);
+    rewind_.Reset(rewind_.depth());  // nothing to go back to
+  }
   return status;
 }
 
@@ -134,6 +137,7 @@ absl::Status Session::WriteState(int32_t layer, int32_t part, const float* value
   if (!pinned.status().ok()) return pinned.status();
   const LayerSpec& spec = model().layer(layer);
   char* dst = static_cast<char*>(layer_state(layer)) + *offset;
+  rewind_.Reset(rewind_.depth());  // the written state has no history to go back to
   if (spec.state_dtype == DType::kFloat32) {
     return engine_->StateFromHost(dst, values, count * 4);
   }

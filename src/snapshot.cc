@@ -63,7 +63,10 @@ absl::Status RestoreSnapshot(Session& session, const void* data, int64_t size) {
   Session* self = &session;
   PinnedSessions pinned(session.engine(), {&self, 1});
   if (!pinned.status().ok()) return pinned.status();
-  return RestoreResidentSnapshot(session, data, size);
+  absl::Status status = RestoreResidentSnapshot(session, data, size);
+  // The restored state has no history to go back to.
+  if (status.ok()) session.rewind().Reset(session.rewind().depth());
+  return status;
 }
 
 absl::Status WriteResidentSnapshot(const Session& session, DType dtype, void* buffer,

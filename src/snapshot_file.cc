@@ -322,7 +322,10 @@ absl::Status LoadSnapshotFile(Session& session, const std::string& path) {
   if (head_bytes != *got && ::lseek(fd, head_bytes, SEEK_SET) != head_bytes) {
     return IoError("seek in", path, errno);
   }
-  return RestoreStreamed(session, fd, head.data(), head_bytes, path);
+  absl::Status status = RestoreStreamed(session, fd, head.data(), head_bytes, path);
+  // The loaded state has no history to go back to.
+  if (status.ok()) session.rewind().Reset(session.rewind().depth());
+  return status;
 }
 
 }  // namespace lumen

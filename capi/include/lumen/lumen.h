@@ -826,9 +826,9 @@ LUMEN_API lumen_status lumen_engine_prefill_varlen(lumen_engine* engine, int32_t
 /*     A commit replays every layer that ran them, and no other.                              */
 /*   - Until commit, every other call that reads or changes the session's state (step,        */
 /*     prefill, the batched calls, reset, fork, read_state, write_state, snapshot, restore,   */
-/*     save, load, the stores' save and load) fails with LUMEN_ERROR_UNCOMMITTED_TOKENS and   */
-/*     changes nothing; lumen_session_tokens counts committed tokens only. Snapshots          */
-/*     therefore never contain tentative tokens.                                              */
+/*     save, load, the stores' save and load, rewind) fails with                              */
+/*     LUMEN_ERROR_UNCOMMITTED_TOKENS and changes nothing; lumen_session_tokens counts        */
+/*     committed tokens only. Snapshots therefore never contain tentative tokens.             */
 /*   - Memory budget. A session holding tentative tokens may be evicted like any other: the   */
 /*     kept inputs stay in memory beside it, and the commit reloads it.                       */
 /*   - Backends. The CPU backend runs every layer but one with a bfloat16 state and a short   */
@@ -898,6 +898,54 @@ LUMEN_API lumen_status lumen_session_commit(lumen_session* session, int32_t num_
 LUMEN_API lumen_status lumen_engine_commit_batch(lumen_engine* engine,
                                                  lumen_session* const* sessions, int32_t n,
                                                  const int32_t* num_accepted);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Rewind (since 0.4)                                                                         */
+/*                                                                                            */
+/* For agents that retry a tool call or edit the last turn: a session that keeps a rewind     */
+/* depth r goes back j <= r tokens exactly (bitwise the state and token counts it had then).  */
+/* Each layer keeps host copies of its state at one or two checkpoints and the inputs of      */
+/* every token consumed since the older one; it takes a new checkpoint every r tokens. A      */
+/* rewind copies a checkpoint back and replays fewer than 2r tokens through the step path.    */
+/*                                                                                            */
+/*   - Memory: about two copies of the session's state in host memory, plus the inputs        */
+/*     (q, k, v, g, beta) of fewer than 2r tokens per layer. Cost per token stepped: a        */
+/*     copy of its inputs, and every r tokens a copy of the layer's state.                    */
+/*   - What is kept: tokens consumed by steps (lumen_session_step, lumen_engine_step_batch)   */
+/*     and by commits of tentative tokens. A prefill of a layer, and reset, write_state,      */
+/*     restore and load, start the history afresh: a layer can go back only over the steps    */
+/*     since then. A fork keeps no history.                                                   */
+/*   - CPU engines only, for now (others: LUMEN_ERROR_UNSUPPORTED).                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/** The deepest rewind a session keeps. Since 0.4. */
+#define LUMEN_MAX_REWIND_TOKENS 64
+
+/**
+ * Makes the session keep what it needs to go back up to `depth` tokens (0 to
+ * LUMEN_MAX_REWIND_TOKENS; 0, the default, keeps nothing), and forgets what it kept before.
+ * Returns LUMEN_ERROR_INVALID_ARGUMENT for a depth outside that range,
+ * LUMEN_ERROR_UNSUPPORTED on engines other than the CPU's, and
+ * LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_set_rewind_depth(lumen_session* session, int32_t depth);
+
+/**
+ * Writes to *out how many tokens the session can go back now: the fewest steps any layer has
+ * kept since its history started, at most the depth (0 without a depth). Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_rewind_available(const lumen_session* session,
+                                                      int32_t* out);
+
+/**
+ * Takes every layer of the session back num_tokens tokens (0 to
+ * lumen_session_rewind_available): state, conv windows and token counts become bitwise what
+ * they were then, and the tokens gone back over are forgotten. Returns
+ * LUMEN_ERROR_INVALID_ARGUMENT for a session without a depth or num_tokens outside that
+ * range, and LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens,
+ * changing nothing. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_rewind(lumen_session* session, int32_t num_tokens);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Snapshots                                                                                  */
