@@ -190,7 +190,7 @@ TEST_CASE("until commit, every call on the session's state fails and changes not
   LUMEN_CLAIM("Tentative tokens",
               "Until commit, every other call that reads or changes the session's state "
               "(step, prefill, the batched calls, reset, fork, read_state, write_state, "
-              "snapshot, restore, save, load, the stores' save and load) fails with "
+              "snapshot, restore, save, load, the stores' save and load, rewind) fails with "
               "LUMEN_ERROR_UNCOMMITTED_TOKENS and changes nothing; lumen_session_tokens counts "
               "committed tokens only.");
   LUMEN_CLAIM("Tentative tokens", "Snapshots therefore never contain tentative tokens.");
@@ -243,6 +243,7 @@ TEST_CASE("until commit, every call on the session's state fails and changes not
   CHECK(lumen_store_load(store, "key", session.get(), nullptr) ==
         LUMEN_ERROR_UNCOMMITTED_TOKENS);
   lumen_store_destroy(store);
+  CHECK(lumen_session_rewind(session.get(), 0) == LUMEN_ERROR_UNCOMMITTED_TOKENS);
   int64_t count = -1;
   REQUIRE_OK(lumen_session_tokens(session.get(), 0, &count));
   CHECK(count == 2);

@@ -7,6 +7,7 @@ pub const LUMEN_VERSION_MINOR: u32 = 3;
 pub const LUMEN_VERSION_PATCH: u32 = 0;
 pub const LUMEN_VERSION_NUMBER: u32 = 300;
 pub const LUMEN_MAX_TENTATIVE_TOKENS: u32 = 16;
+pub const LUMEN_MAX_REWIND_TOKENS: u32 = 64;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
@@ -1737,6 +1738,31 @@ extern "C" {
         n: i32,
         num_accepted: *const i32,
     ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Makes the session keep what it needs to go back up to `depth` tokens (0 to"]
+    #[doc = " LUMEN_MAX_REWIND_TOKENS; 0, the default, keeps nothing), and forgets what it kept before."]
+    #[doc = " Returns LUMEN_ERROR_INVALID_ARGUMENT for a depth outside that range,"]
+    #[doc = " LUMEN_ERROR_UNSUPPORTED on engines other than the CPU's, and"]
+    #[doc = " LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens. Since 0.4."]
+    pub fn lumen_session_set_rewind_depth(session: *mut lumen_session, depth: i32) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Writes to *out how many tokens the session can go back now: the fewest steps any layer has"]
+    #[doc = " kept since its history started, at most the depth (0 without a depth). Since 0.4."]
+    pub fn lumen_session_rewind_available(
+        session: *const lumen_session,
+        out: *mut i32,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Takes every layer of the session back num_tokens tokens (0 to"]
+    #[doc = " lumen_session_rewind_available): state, conv windows and token counts become bitwise what"]
+    #[doc = " they were then, and the tokens gone back over are forgotten. Returns"]
+    #[doc = " LUMEN_ERROR_INVALID_ARGUMENT for a session without a depth or num_tokens outside that"]
+    #[doc = " range, and LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens,"]
+    #[doc = " changing nothing. Since 0.4."]
+    pub fn lumen_session_rewind(session: *mut lumen_session, num_tokens: i32) -> lumen_status;
 }
 #[doc = " How a snapshot is written. Fill with lumen_snapshot_options_init."]
 #[repr(C)]

@@ -217,6 +217,18 @@ public class Capi {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_commit_batch(engine, sessions, n, num_accepted));
   }
 
+  public static void lumen_session_set_rewind_depth(global::System.IntPtr session, int depth) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_set_rewind_depth(session, depth));
+  }
+
+  public static void lumen_session_rewind_available(global::System.IntPtr session, out int out_) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_rewind_available(session, out out_));
+  }
+
+  public static void lumen_session_rewind(global::System.IntPtr session, int num_tokens) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_rewind(session, num_tokens));
+  }
+
   public static void lumen_snapshot_options_init(SnapshotOptions options) {
     CapiPINVOKE.lumen_snapshot_options_init(SnapshotOptions.getCPtr(options));
   }
@@ -278,6 +290,7 @@ public class Capi {
   public const int LUMEN_VERSION_PATCH = 0;
   public const int LUMEN_VERSION_NUMBER = (0*10000+3*100+0);
   public const int LUMEN_MAX_TENTATIVE_TOKENS = 16;
+  public const int LUMEN_MAX_REWIND_TOKENS = 64;
 }
 
 }

@@ -2253,6 +2253,48 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_commit_batch___(void* 
 }
 
 
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_set_rewind_depth___(void* jarg1, int jarg2) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  result = (lumen_status)lumen_session_set_rewind_depth(arg1,arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_rewind_available___(void* jarg1, int * jarg2) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t *)jarg2; 
+  result = (lumen_status)lumen_session_rewind_available((struct lumen_session const *)arg1,arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_rewind___(void* jarg1, int jarg2) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  result = (lumen_status)lumen_session_rewind(arg1,arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
 SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_SnapshotOptions_StateDtype_set___(void * jarg1, int jarg2) {
   struct lumen_snapshot_options *arg1 = (struct lumen_snapshot_options *) 0 ;
   int32_t arg2 ;

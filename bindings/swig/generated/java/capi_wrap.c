@@ -3717,6 +3717,63 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1commit_1batch
 }
 
 
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1set_1rewind_1depth(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  result = (lumen_status)lumen_session_set_rewind_depth(arg1,arg2);
+  jresult = (jint)result;
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1rewind_1available(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  {
+    if (!binding_out_array(jenv, jarg2)) return 0;
+    memset(&temp2, 0, sizeof temp2);
+    arg2 = &temp2;
+  }
+  result = (lumen_status)lumen_session_rewind_available((struct lumen_session const *)arg1,arg2);
+  jresult = (jint)result;
+  {
+    jint value = (jint)(intptr_t)temp2;
+    (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &value);
+  }
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1rewind(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  result = (lumen_status)lumen_session_rewind(arg1,arg2);
+  jresult = (jint)result;
+  return jresult;
+}
+
+
 SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_SnapshotOptions_1stateDtype_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jint jarg2) {
   struct lumen_snapshot_options *arg1 = (struct lumen_snapshot_options *) 0 ;
   int32_t arg2 ;

@@ -740,6 +740,36 @@ def lumen_engine_commit_batch(engine, sessions):
     Since 0.4.
     """
     return _capi.lumen_engine_commit_batch(engine, sessions)
+LUMEN_MAX_REWIND_TOKENS = _capi.LUMEN_MAX_REWIND_TOKENS
+r""" The deepest rewind a session keeps. Since 0.4."""
+
+def lumen_session_set_rewind_depth(session, depth):
+    r"""
+    Makes the session keep what it needs to go back up to `depth` tokens (0 to
+    LUMEN_MAX_REWIND_TOKENS; 0, the default, keeps nothing), and forgets what it kept before.
+    Returns LUMEN_ERROR_INVALID_ARGUMENT for a depth outside that range,
+    LUMEN_ERROR_UNSUPPORTED on engines other than the CPU's, and
+    LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens. Since 0.4.
+    """
+    return _capi.lumen_session_set_rewind_depth(session, depth)
+
+def lumen_session_rewind_available(session):
+    r"""
+    Writes to *out how many tokens the session can go back now: the fewest steps any layer has
+    kept since its history started, at most the depth (0 without a depth). Since 0.4.
+    """
+    return _capi.lumen_session_rewind_available(session)
+
+def lumen_session_rewind(session, num_tokens):
+    r"""
+    Takes every layer of the session back num_tokens tokens (0 to
+    lumen_session_rewind_available): state, conv windows and token counts become bitwise what
+    they were then, and the tokens gone back over are forgotten. Returns
+    LUMEN_ERROR_INVALID_ARGUMENT for a session without a depth or num_tokens outside that
+    range, and LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens,
+    changing nothing. Since 0.4.
+    """
+    return _capi.lumen_session_rewind(session, num_tokens)
 class lumen_snapshot_options(object):
     r""" How a snapshot is written. Fill with lumen_snapshot_options_init."""
 

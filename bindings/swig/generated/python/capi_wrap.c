@@ -9317,6 +9317,131 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_lumen_session_set_rewind_depth(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  lumen_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_session_set_rewind_depth", 2, 2, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_session_set_rewind_depth" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_set_rewind_depth(arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_session_rewind_available(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 ;
+  PyObject *swig_obj[1] ;
+  lumen_status result;
+  
+  {
+    memset(&temp2, 0, sizeof temp2);
+    arg2 = &temp2;
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_rewind_available((struct lumen_session const *)arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)temp2));
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_session_rewind(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  lumen_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_session_rewind", 2, 2, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_session_rewind" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_rewind(arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_lumen_snapshot_options_state_dtype_set(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct lumen_snapshot_options *arg1 = (struct lumen_snapshot_options *) 0 ;
@@ -10887,6 +11012,25 @@ static PyMethodDef SwigMethods[] = {
 		"lumen_session_commit and lumen_engine_step_batch; on an argument error no session changes.\n"
 		"Since 0.4.\n"
 		""},
+	 { "lumen_session_set_rewind_depth", _wrap_lumen_session_set_rewind_depth, METH_VARARGS, "\n"
+		"Makes the session keep what it needs to go back up to `depth` tokens (0 to\n"
+		"LUMEN_MAX_REWIND_TOKENS; 0, the default, keeps nothing), and forgets what it kept before.\n"
+		"Returns LUMEN_ERROR_INVALID_ARGUMENT for a depth outside that range,\n"
+		"LUMEN_ERROR_UNSUPPORTED on engines other than the CPU's, and\n"
+		"LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens. Since 0.4.\n"
+		""},
+	 { "lumen_session_rewind_available", _wrap_lumen_session_rewind_available, METH_O, "\n"
+		"Writes to *out how many tokens the session can go back now: the fewest steps any layer has\n"
+		"kept since its history started, at most the depth (0 without a depth). Since 0.4.\n"
+		""},
+	 { "lumen_session_rewind", _wrap_lumen_session_rewind, METH_VARARGS, "\n"
+		"Takes every layer of the session back num_tokens tokens (0 to\n"
+		"lumen_session_rewind_available): state, conv windows and token counts become bitwise what\n"
+		"they were then, and the tokens gone back over are forgotten. Returns\n"
+		"LUMEN_ERROR_INVALID_ARGUMENT for a session without a depth or num_tokens outside that\n"
+		"range, and LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens,\n"
+		"changing nothing. Since 0.4.\n"
+		""},
 	 { "lumen_snapshot_options_state_dtype_set", _wrap_lumen_snapshot_options_state_dtype_set, METH_VARARGS, "\n"
 		"lumen_dtype of the stored state: FLOAT32 (default, exact) or BFLOAT16 (half the size,\n"
 		"rounded to nearest even: relative error at most 2^-8 per element).\n"
@@ -11751,6 +11895,7 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "LUMEN_CONV_ACTIVATION_SILU",SWIG_From_int((int)(LUMEN_CONV_ACTIVATION_SILU)));
   SWIG_Python_SetConstant(d, "LUMEN_CONV_ACTIVATION_NONE",SWIG_From_int((int)(LUMEN_CONV_ACTIVATION_NONE)));
   SWIG_Python_SetConstant(d, "LUMEN_MAX_TENTATIVE_TOKENS",SWIG_From_int((int)(16)));
+  SWIG_Python_SetConstant(d, "LUMEN_MAX_REWIND_TOKENS",SWIG_From_int((int)(64)));
   
   /* Initialize threading */
   SWIG_PYTHON_INITIALIZE_THREADS;

@@ -584,6 +584,43 @@ public class Capi implements CapiConstants {
   }
 
   /**
+   * Makes the session keep what it needs to go back up to `depth` tokens (0 to<br>
+   * LUMEN_MAX_REWIND_TOKENS; 0, the default, keeps nothing), and forgets what it kept before.<br>
+   * Returns LUMEN_ERROR_INVALID_ARGUMENT for a depth outside that range,<br>
+   * LUMEN_ERROR_UNSUPPORTED on engines other than the CPU's, and<br>
+   * LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens. Since 0.4.
+   */
+  public static int lumen_session_set_rewind_depth(long session, int depth) {
+    int status = CapiJNI.lumen_session_set_rewind_depth(session, depth);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Writes to *out how many tokens the session can go back now: the fewest steps any layer has<br>
+   * kept since its history started, at most the depth (0 without a depth). Since 0.4.
+   */
+  public static int lumen_session_rewind_available(long session, int[] out) {
+    int status = CapiJNI.lumen_session_rewind_available(session, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Takes every layer of the session back num_tokens tokens (0 to<br>
+   * lumen_session_rewind_available): state, conv windows and token counts become bitwise what<br>
+   * they were then, and the tokens gone back over are forgotten. Returns<br>
+   * LUMEN_ERROR_INVALID_ARGUMENT for a session without a depth or num_tokens outside that<br>
+   * range, and LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens,<br>
+   * changing nothing. Since 0.4.
+   */
+  public static int lumen_session_rewind(long session, int num_tokens) {
+    int status = CapiJNI.lumen_session_rewind(session, num_tokens);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
    *  Fills *options with defaults (FLOAT32 state). 
    */
   public static void lumen_snapshot_options_init(SnapshotOptions options) {

@@ -20,4 +20,8 @@ public interface CapiConstants {
    *  The most tokens a tentative call runs per session. Since 0.4. 
    */
   public final static int LUMEN_MAX_TENTATIVE_TOKENS = 16;
+  /**
+   *  The deepest rewind a session keeps. Since 0.4. 
+   */
+  public final static int LUMEN_MAX_REWIND_TOKENS = 64;
 }

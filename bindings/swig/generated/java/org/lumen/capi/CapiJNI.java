@@ -180,6 +180,9 @@ public class CapiJNI {
   public final static native int lumen_session_tentative_tokens(long jarg1, int[] jarg2);
   public final static native int lumen_session_commit(long jarg1, int jarg2);
   public final static native int lumen_engine_commit_batch(long jarg1, long[] jarg2, int[] jarg4);
+  public final static native int lumen_session_set_rewind_depth(long jarg1, int jarg2);
+  public final static native int lumen_session_rewind_available(long jarg1, int[] jarg2);
+  public final static native int lumen_session_rewind(long jarg1, int jarg2);
   public final static native void SnapshotOptions_stateDtype_set(long jarg1, SnapshotOptions jarg1_, int jarg2);
   public final static native int SnapshotOptions_stateDtype_get(long jarg1, SnapshotOptions jarg1_);
   public final static native long new_SnapshotOptions();
