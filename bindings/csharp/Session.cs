@@ -223,6 +223,32 @@ public sealed class Session : NativeObject {
     using (HandleLease session = Lease()) Capi.lumen_session_commit(session.Address, numAccepted);
   }
 
+  /// <summary>The deepest rewind a session keeps. Since 0.4.</summary>
+  public const int MaxRewindTokens = CApi.Capi.LUMEN_MAX_REWIND_TOKENS;
+
+  /// <summary>Keeps what the session needs to go back up to `depth` tokens (0 to
+  /// MaxRewindTokens; 0 keeps nothing) (lumen_session_set_rewind_depth). Since 0.4.</summary>
+  public void SetRewindDepth(int depth) {
+    using (HandleLease session = Lease()) Capi.lumen_session_set_rewind_depth(session.Address, depth);
+  }
+
+  /// <summary>How many tokens the session can go back now (lumen_session_rewind_available).
+  /// Since 0.4.</summary>
+  public int RewindAvailable {
+    get {
+      using (HandleLease session = Lease()) {
+        Capi.lumen_session_rewind_available(session.Address, out int available);
+        return available;
+      }
+    }
+  }
+
+  /// <summary>Takes every layer back numTokens tokens, bitwise (lumen_session_rewind).
+  /// Since 0.4.</summary>
+  public void Rewind(int numTokens) {
+    using (HandleLease session = Lease()) Capi.lumen_session_rewind(session.Address, numTokens);
+  }
+
   /// <summary>One part of a layer's state, fp32 canonical layout.</summary>
   public float[] ReadState(int layer, LumenStatePart part = LumenStatePart.MATRIX) {
     var state = new float[checked((int)Engine.Model.StateCount(layer, part))];

@@ -428,6 +428,20 @@ class Session(_Handle):
         drops the rest; 0 rejects them all (lumen_session_commit)."""
         capi.lumen_session_commit(self.address, int(num_accepted))
 
+    def set_rewind_depth(self, depth):
+        """Keeps what the session needs to go back up to `depth` tokens (0 to
+        MAX_REWIND_TOKENS; 0 keeps nothing) (lumen_session_set_rewind_depth)."""
+        capi.lumen_session_set_rewind_depth(self.address, int(depth))
+
+    @property
+    def rewind_available(self):
+        """How many tokens the session can go back now (lumen_session_rewind_available)."""
+        return capi.lumen_session_rewind_available(self.address)
+
+    def rewind(self, num_tokens):
+        """Takes every layer back num_tokens tokens, bitwise (lumen_session_rewind)."""
+        capi.lumen_session_rewind(self.address, int(num_tokens))
+
     def read_state(self, layer, part=StatePart.MATRIX, out=None):
         """Copies one part of a layer's state, fp32 canonical layout ([HV, K, V] for the
         matrix; fla's caches hold it V-first, [HV, V, K]), into `out` (a buffer or a host

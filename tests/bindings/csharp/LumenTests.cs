@@ -619,6 +619,32 @@ public static class LumenTests {
     }
   }
 
+  static void RewindGoesBackBitwise() {
+    float[][] x = Inputs(5);
+    Model model;
+    using (var builder = new ModelBuilder())  // one layer: every layer steps and keeps history
+    using (var gated = Layer(LumenFamily.GATED_DELTA_NET, H, HV, K, V)) {
+      builder.AddLayer(gated);
+      model = builder.Build();
+    }
+    using (model)
+    using (var options = new EngineOptions { NumThreads = 2 })
+    using (var engine = new Engine(model, options))
+    using (Session session = engine.NewSession()) {
+      session.SetRewindDepth(3);
+      var states = new List<float[]> { session.ReadState(0) };
+      for (int t = 0; t < 5; ++t) {
+        StepPlainly(session, x, t, 1);
+        states.Add(session.ReadState(0));
+      }
+      Check(session.RewindAvailable == 3, "rewind available");
+      session.Rewind(2);
+      Check(session.Tokens(0) == 3, "token count after rewind");
+      Check(session.ReadState(0).SequenceEqual(states[3]), "state after rewind");
+      Throws<LumenException>(() => session.Rewind(Session.MaxRewindTokens), "too far back");
+    }
+  }
+
   public static int Main(string[] args) {
     header = args[0];
     scratch = args[1];
@@ -630,7 +656,7 @@ public static class LumenTests {
       TextFieldsFreeTheirCopies, NativeMemoryIsReleased, DroppedSessionsStayWithinAMemoryBound,
       DroppedSessionsCauseFullCollections, DisposeWaitsForACallInProgress,
       EnumsAndFlagsNeedNoCasts, PresetsAreLayerOptionsFactories, SpansMatchArrays,
-      TentativeThenCommitEqualsPlainSteps,
+      TentativeThenCommitEqualsPlainSteps, RewindGoesBackBitwise,
     };
     int failed = 0;
     foreach (Action test in tests) {

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import lumen
-from layer_inputs import random_inputs
+from layer_inputs import H, HV, K, V, random_inputs
 
 
 def test_tentative_then_commit_equals_plain_steps(engine):
@@ -29,6 +29,27 @@ def test_tentative_then_commit_equals_plain_steps(engine):
             for t in range(m):
                 reference.step(0, q[t], k[t], v[t], g=g[t], beta=beta[t])
             assert np.array_equal(tentative.read_state(0), reference.read_state(0))
+
+
+def test_rewind_goes_back_bitwise():
+    rng = np.random.default_rng(30)
+    q, k, v, g, beta = random_inputs(rng, 5)
+    with lumen.ModelBuilder() as builder:  # one layer: every layer steps, so each keeps history
+        builder.add_layer(family="gated_delta_net", num_heads=H, num_value_heads=HV, key_dim=K,
+                          value_dim=V)
+        model = builder.build()
+    with model, lumen.Engine(model, num_threads=2) as engine, engine.session() as session:
+        session.set_rewind_depth(3)
+        states = [session.read_state(0)]
+        for t in range(5):
+            session.step(0, q[t], k[t], v[t], g=g[t], beta=beta[t])
+            states.append(session.read_state(0))
+        assert session.rewind_available == 3
+        session.rewind(2)
+        assert session.tokens(0) == 3
+        assert np.array_equal(session.read_state(0), states[3])
+        with pytest.raises(lumen.LumenError):
+            session.rewind(lumen.capi.LUMEN_MAX_REWIND_TOKENS)
 
 
 def test_batched_tentative_tokens_commit_per_session(engine):

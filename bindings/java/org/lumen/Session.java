@@ -146,6 +146,29 @@ public final class Session extends Handle {
     useAddress(session -> Capi.lumen_session_commit(session, numAccepted));
   }
 
+  /** The deepest rewind a session keeps. Since 0.4. */
+  public static final int MAX_REWIND_TOKENS = org.lumen.capi.CapiConstants.LUMEN_MAX_REWIND_TOKENS;
+
+  /**
+   * Keeps what the session needs to go back up to {@code depth} tokens (0 to
+   * {@link #MAX_REWIND_TOKENS}; 0 keeps nothing) (lumen_session_set_rewind_depth). Since 0.4.
+   */
+  public void setRewindDepth(int depth) {
+    useAddress(session -> Capi.lumen_session_set_rewind_depth(session, depth));
+  }
+
+  /** How many tokens the session can go back now (lumen_session_rewind_available). Since 0.4. */
+  public int rewindAvailable() {
+    int[] out = new int[1];
+    useAddress(session -> Capi.lumen_session_rewind_available(session, out));
+    return out[0];
+  }
+
+  /** Takes every layer back numTokens tokens, bitwise (lumen_session_rewind). Since 0.4. */
+  public void rewind(int numTokens) {
+    useAddress(session -> Capi.lumen_session_rewind(session, numTokens));
+  }
+
   /** One part of a layer's state, fp32 in the canonical layout ([HV, K, V] for the matrix). */
   public float[] readState(int layer, StatePart part) {
     float[] out = new float[Math.toIntExact(engine.stateCount(layer, part))];

@@ -161,6 +161,29 @@ impl Session {
         check(unsafe { sys::lumen_session_commit(self.as_mut_ptr(), num_accepted) })
     }
 
+    /// Keeps what the session needs to go back up to `depth` tokens (0 to
+    /// [`crate::MAX_REWIND_TOKENS`]; 0 keeps nothing) (`lumen_session_set_rewind_depth`,
+    /// since 0.4).
+    pub fn set_rewind_depth(&mut self, depth: i32) -> Result<()> {
+        // SAFETY: the session is live and exclusively borrowed.
+        check(unsafe { sys::lumen_session_set_rewind_depth(self.as_mut_ptr(), depth) })
+    }
+
+    /// How many tokens the session can go back now (`lumen_session_rewind_available`, since
+    /// 0.4).
+    pub fn rewind_available(&self) -> Result<i32> {
+        let mut out = 0;
+        // SAFETY: the session is live.
+        check(unsafe { sys::lumen_session_rewind_available(self.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
+
+    /// Takes every layer back `num_tokens` tokens, bitwise (`lumen_session_rewind`, since 0.4).
+    pub fn rewind(&mut self, num_tokens: i32) -> Result<()> {
+        // SAFETY: the session is live and exclusively borrowed.
+        check(unsafe { sys::lumen_session_rewind(self.as_mut_ptr(), num_tokens) })
+    }
+
     /// The length of o for `tokens` tokens of a layer: tokens * HV * V.
     pub fn output_len(&self, layer: i32, tokens: usize) -> Result<usize> {
         let shape = self.engine.shape(layer)?;

@@ -79,6 +79,25 @@ fn tentative_then_commit_equals_plain_steps() {
 }
 
 #[test]
+fn rewind_goes_back_bitwise() {
+    let x = inputs(5);
+    let engine = engine();
+    let mut session = engine.session().unwrap();
+    session.set_rewind_depth(3).unwrap();
+    let mut states = vec![session.read_state(0, StatePart::MATRIX).unwrap()];
+    for t in 0..5 {
+        step_plainly(&mut session, &x, t, 1);
+        states.push(session.read_state(0, StatePart::MATRIX).unwrap());
+    }
+    assert_eq!(session.rewind_available().unwrap(), 3);
+    session.rewind(2).unwrap();
+    assert_eq!(session.tokens(0).unwrap(), 3);
+    assert_eq!(session.read_state(0, StatePart::MATRIX).unwrap(), states[3]);
+    assert_eq!(session.rewind(lumen::MAX_REWIND_TOKENS).unwrap_err().status(),
+               Status::InvalidArgument);
+}
+
+#[test]
 fn batched_tentative_tokens_commit_per_session() {
     let x = inputs(6);
     let engine = engine();

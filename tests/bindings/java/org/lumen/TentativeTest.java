@@ -87,6 +87,25 @@ class TentativeTest {
   }
 
   @Test
+  void rewindGoesBackBitwise() {
+    float[][] in = inputs(5);
+    try (Session session = engine.newSession()) {
+      session.setRewindDepth(3);
+      float[][] states = new float[6][];
+      states[0] = session.readState(0, StatePart.MATRIX);
+      for (int t = 0; t < 5; ++t) {
+        stepPlainly(session, in, t, 1);
+        states[t + 1] = session.readState(0, StatePart.MATRIX);
+      }
+      assertEquals(3, session.rewindAvailable());
+      session.rewind(2);
+      assertEquals(3, session.tokens(0));
+      assertArrayEquals(states[3], session.readState(0, StatePart.MATRIX));
+      assertThrows(LumenException.class, () -> session.rewind(Session.MAX_REWIND_TOKENS));
+    }
+  }
+
+  @Test
   void batchedTentativeTokensCommitPerSession() {
     float[][] in = inputs(6);
     int[] cuSeqlens = {0, 2, 6};
