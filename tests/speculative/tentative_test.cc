@@ -57,19 +57,16 @@ lumen_status StepTentatively(lumen_session* session, int32_t layer_index, const 
   return status;
 }
 
-// A layer of config `index`, with a bf16 state when asked.
-RefLayer LayerOf(int config, int32_t state_dtype, std::mt19937& rng) {
-  RefLayer layer = MakeLayer(config, kK, kV, rng);
-  layer.state_dtype = state_dtype;
-  return layer;
-}
-
 TEST_CASE("tentative then commit(m) is bitwise m plain steps", "[tentative]") {
   const int config = GENERATE(range(0, NumConfigs()));
   const int32_t state_dtype = GENERATE(LUMEN_DTYPE_FLOAT32, LUMEN_DTYPE_BFLOAT16);
-  const uint32_t seed = SeedFor({28, config, state_dtype});
+  // V = 130: whole tiles of every SIMD level and a tail, split into the column blocks of a
+  // run of several tokens differently from a step's tiles.
+  const int32_t value_dim = GENERATE(as<int32_t>{}, 33, 130);
+  const uint32_t seed = SeedFor({28, config, state_dtype, value_dim});
   std::mt19937 rng(seed);
-  const RefLayer layer = LayerOf(config, state_dtype, rng);
+  RefLayer layer = MakeLayer(config, value_dim == 33 ? kK : 5, value_dim, rng);
+  layer.state_dtype = state_dtype;
   if (state_dtype != LUMEN_DTYPE_FLOAT32 && layer.conv_size > 0) return;  // unsupported
   Fixture f(layer, 2);
   INFO(f.layer.Describe() << " seed=" << seed);

@@ -69,9 +69,9 @@ void PrintUsage(std::FILE* to) {
       "the fp32 matrix-product peak of a register-blocked sgemm, and lumen_session_step\n"
       "token by token. Each decode and prefill cell times its anchors again in turn with\n"
       "its repeats, and its ratios are of those bests.\n"
-      "Speculative decoding: lumen_session_step_tentative of n = 2, 4, 8 tokens into one\n"
-      "session then lumen_session_commit of all n (or of none), beside one plain\n"
-      "lumen_session_step of the same session timed in turn with it.\n"
+      "Speculative decoding: lumen_engine_step_tentative_batch of n = 2, 4, 8 tokens into\n"
+      "each of N sessions then lumen_engine_commit_batch of all n (or of none), beside one\n"
+      "plain lumen_engine_step_batch of the same sessions timed in turn with it.\n"
       "Times are the best of R repeats (default 5), with the spread worst/best - 1.\n"
       "Inputs and output are fp32; --bf16 gives them in bf16 (the state stays fp32).\n"
       "--quick runs a few small cases once (a smoke test; its numbers mean nothing).\n"
@@ -431,56 +431,68 @@ constexpr int64_t kDraftTokens[] = {2, 4, 8};
 
 void RunSpeculative(const Options& options, const BenchInputs& buffers) {
   std::printf(
-      "\n== Speculative decoding: one session, lumen_session_step_tentative of n tokens then\n"
-      "   lumen_session_commit of all n (verify+commit) or none (verify+reject), beside one\n"
-      "   plain lumen_session_step of the session (step), each timed in turn with the others\n");
-  std::printf("%-16s %3s %2s %16s %20s %20s %9s\n", "family", "thr", "n", "step us (spread)",
-              "verify+commit us", "verify+reject us", "/step");
+      "\n== Speculative decoding: N sessions, lumen_engine_step_tentative_batch of n tokens each\n"
+      "   then lumen_engine_commit_batch of all n (verify+commit) or none (verify+reject),\n"
+      "   beside one plain lumen_engine_step_batch of the sessions (step), each timed in turn\n"
+      "   with the others (N = 1: the calls of one session)\n");
+  std::printf("%-16s %4s %3s %2s %16s %20s %20s %9s\n", "family", "N", "thr", "n",
+              "step us (spread)", "verify+commit us", "verify+reject us", "/step");
   for (const FamilySetup& family : kBenchFamilies) {
     if (!Selected(options.families, family)) continue;
     Owned<lumen_model> model = BuildModel(family);
-    for (int64_t threads : options.threads) {
-      Owned<lumen_engine> engine = CreateEngine(model.get(), static_cast<int32_t>(threads));
-      lumen_session* raw = nullptr;
-      Check(lumen_session_create(engine.get(), &raw), "lumen_session_create");
-      Owned<lumen_session> session(raw);
-      lumen_layer_inputs one_in;
-      lumen_layer_output one_out;
-      buffers.Describe(LinkedApi(), family, 0, 1, 0, &one_in, &one_out);
-      const auto step = [&] {
-        Check(lumen_session_step(session.get(), 0, &one_in, &one_out), "lumen_session_step");
-      };
-      for (int64_t n : kDraftTokens) {
-        lumen_layer_inputs in;
-        lumen_layer_output out;
-        buffers.Describe(LinkedApi(), family, 0, n, 0, &in, &out);
-        const auto verify_then = [&](int32_t accepted) {
-          Check(lumen_session_step_tentative(session.get(), 0, static_cast<int32_t>(n), &in,
-                                             &out),
-                "lumen_session_step_tentative");
-          Check(lumen_session_commit(session.get(), accepted), "lumen_session_commit");
+    for (int64_t sessions_count : options.sessions) {
+      for (int64_t threads : options.threads) {
+        Owned<lumen_engine> engine = CreateEngine(model.get(), static_cast<int32_t>(threads));
+        std::vector<Owned<lumen_session>> owned;
+        std::vector<lumen_session*> sessions = CreateSessions(engine.get(), sessions_count, &owned);
+        const int32_t count = static_cast<int32_t>(sessions_count);
+        lumen_layer_inputs one_in;
+        lumen_layer_output one_out;
+        buffers.Describe(LinkedApi(), family, 0, sessions_count, 0, &one_in, &one_out);
+        const auto step = [&] {
+          Check(lumen_engine_step_batch(engine.get(), 0, sessions.data(), count, &one_in,
+                                        &one_out),
+                "lumen_engine_step_batch");
         };
-        const auto commit_all = [&] { verify_then(static_cast<int32_t>(n)); };
-        const auto reject_all = [&] { verify_then(0); };
-        step();
-        commit_all();
-        std::vector<double> steps, commits, rejects;
-        for (int32_t r = 0; r < options.repeats; ++r) {
-          steps.push_back(SecondsPerCall(step, options.min_seconds));
-          commits.push_back(SecondsPerCall(commit_all, options.min_seconds));
-          rejects.push_back(SecondsPerCall(reject_all, options.min_seconds));
+        for (int64_t n : kDraftTokens) {
+          lumen_layer_inputs in;
+          lumen_layer_output out;
+          buffers.Describe(LinkedApi(), family, 0, n * sessions_count, 0, &in, &out);
+          std::vector<int32_t> cu_seqlens(sessions_count + 1);
+          for (int64_t i = 0; i <= sessions_count; ++i) {
+            cu_seqlens[i] = static_cast<int32_t>(i * n);
+          }
+          const auto verify_then = [&](int32_t accepted) {
+            Check(lumen_engine_step_tentative_batch(engine.get(), 0, sessions.data(), count,
+                                                    cu_seqlens.data(), &in, &out),
+                  "lumen_engine_step_tentative_batch");
+            const std::vector<int32_t> accepts(sessions_count, accepted);
+            Check(lumen_engine_commit_batch(engine.get(), sessions.data(), count,
+                                            accepts.data()),
+                  "lumen_engine_commit_batch");
+          };
+          const auto commit_all = [&] { verify_then(static_cast<int32_t>(n)); };
+          const auto reject_all = [&] { verify_then(0); };
+          step();
+          commit_all();
+          std::vector<double> steps, commits, rejects;
+          for (int32_t r = 0; r < options.repeats; ++r) {
+            steps.push_back(SecondsPerCall(step, options.min_seconds));
+            commits.push_back(SecondsPerCall(commit_all, options.min_seconds));
+            rejects.push_back(SecondsPerCall(reject_all, options.min_seconds));
+          }
+          const Timing t_step = BestAndSpread(steps);
+          const Timing t_commit = BestAndSpread(commits);
+          const Timing t_reject = BestAndSpread(rejects);
+          std::printf("%-16s %4lld %3lld %2lld %9s (%3s) %13s (%3s) %13s (%3s) %8.2fx\n",
+                      FamilyName(family), static_cast<long long>(sessions_count),
+                      static_cast<long long>(threads), static_cast<long long>(n),
+                      Us(t_step.best_seconds).c_str(), Percent(t_step.spread).c_str(),
+                      Us(t_commit.best_seconds).c_str(), Percent(t_commit.spread).c_str(),
+                      Us(t_reject.best_seconds).c_str(), Percent(t_reject.spread).c_str(),
+                      t_commit.best_seconds / t_step.best_seconds);
+          std::fflush(stdout);
         }
-        const Timing t_step = BestAndSpread(steps);
-        const Timing t_commit = BestAndSpread(commits);
-        const Timing t_reject = BestAndSpread(rejects);
-        std::printf("%-16s %3lld %2lld %9s (%3s) %13s (%3s) %13s (%3s) %8.2fx\n",
-                    FamilyName(family), static_cast<long long>(threads),
-                    static_cast<long long>(n), Us(t_step.best_seconds).c_str(),
-                    Percent(t_step.spread).c_str(), Us(t_commit.best_seconds).c_str(),
-                    Percent(t_commit.spread).c_str(), Us(t_reject.best_seconds).c_str(),
-                    Percent(t_reject.spread).c_str(),
-                    t_commit.best_seconds / t_step.best_seconds);
-        std::fflush(stdout);
       }
     }
   }
@@ -520,7 +532,10 @@ int RunCpuBench(int argc, char** argv) {
   if (options.decode) {
     max_tokens = *std::max_element(options.sessions.begin(), options.sessions.end());
   }
-  if (options.speculative) max_tokens = std::max<int64_t>(max_tokens, 8);
+  if (options.speculative) {
+    max_tokens = std::max(max_tokens,
+                          8 * *std::max_element(options.sessions.begin(), options.sessions.end()));
+  }
   if (options.prefill) {
     max_tokens = std::max({max_tokens, int64_t{kTokenLoopTokens},
                            *std::max_element(options.tokens.begin(), options.tokens.end())});
