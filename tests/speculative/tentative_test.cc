@@ -265,6 +265,11 @@ TEST_CASE("misuse of tentative tokens returns a status and changes nothing", "[t
   CHECK(lumen_session_commit(session.get(), 0) == LUMEN_ERROR_INVALID_ARGUMENT);
   CHECK(BitwiseEqual(Read(session.get(), f.layer), before));
   CHECK(Tokens(session.get()) == 2);
+
+  // A session destroyed with tentative tokens frees what it kept (the sanitized run checks).
+  SessionPtr dropped = f.Session();
+  REQUIRE_OK(StepTentatively(dropped.get(), 0, f.layer, tokens, 0, 3, &outputs));
+  dropped.reset();
 }
 
 TEST_CASE("a session with tentative tokens may be evicted and still commits exactly",
