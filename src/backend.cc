@@ -30,7 +30,7 @@ absl::StatusOr<void*> Backend::AllocateBuffer(lumen_memory memory, int64_t bytes
 void Backend::FreeBuffer(lumen_memory /*memory*/, void* buffer) { std::free(buffer); }
 
 absl::Status Backend::CopyBuffer(lumen_memory memory, void* dst, const void* src,
-                                 int64_t bytes) {
+                                 int64_t bytes, void* /*stream*/) {
   if (memory != LUMEN_MEMORY_HOST) {
     return absl::UnimplementedError(
         "this backend cannot copy inputs in device memory (tentative tokens)");

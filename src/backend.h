@@ -77,12 +77,13 @@ class Backend {
   // Accepts. Allocate returns a block of at least `bytes` (contents undefined); Copy copies
   // within that memory (both pointers in it); Free takes nullptr. The base class serves
   // LUMEN_MEMORY_HOST with malloc and memcpy and answers UNIMPLEMENTED for device memory.
-  // A device backend copies in stream order with its layer calls, so that a copy of a call's
-  // inputs made after the call returned sees what the call read.
+  // A device backend copies on `stream` (the tentative call's lumen_layer_inputs.stream,
+  // which its commit's replay runs on too), in order with the layer calls there, so that a
+  // copy of a call's inputs made after the call returned reads what the call read.
   virtual absl::StatusOr<void*> AllocateBuffer(lumen_memory memory, int64_t bytes);
   virtual void FreeBuffer(lumen_memory memory, void* buffer);
   virtual absl::Status CopyBuffer(lumen_memory memory, void* dst, const void* src,
-                                  int64_t bytes);
+                                  int64_t bytes, void* stream);
 
   // Runs the call's tokens through one layer for every session in it. Must not change any
   // state unless it returns OK (a read_only run changes none at all). Returns kFinishedCall for a call that has run (or whose

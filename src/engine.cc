@@ -315,8 +315,8 @@ absl::Status Engine::Commit(absl::Span<Session* const> sessions,
 
 absl::Status Engine::CommitLayer(int32_t layer, absl::Span<Session* const> sessions,
                                  absl::Span<const int32_t> accepted) {
-  // The sessions to replay, grouped by the dtype and memory of their kept inputs (one call
-  // takes one of each).
+  // The sessions to replay, grouped by the dtype, memory and stream of their kept inputs
+  // (one call takes one of each).
   std::vector<size_t> pending;
   for (size_t i = 0; i < sessions.size(); ++i) {
     if (sessions[i]->tentative().has_layer(layer) && accepted[i] > 0) pending.push_back(i);
@@ -329,7 +329,8 @@ absl::Status Engine::CommitLayer(int32_t layer, absl::Span<Session* const> sessi
     std::vector<size_t> rest;
     for (size_t i : pending) {
       const KeptInputs& kept = sessions[i]->tentative().layer(layer);
-      if (kept.dtype == lead.dtype && kept.memory == lead.memory) {
+      if (kept.dtype == lead.dtype && kept.memory == lead.memory &&
+          kept.stream == lead.stream) {
         group.push_back(sessions[i]);
         counts.push_back(accepted[i]);
       } else {
@@ -567,7 +568,7 @@ absl::Status Engine::Replay(int32_t layer, absl::Span<Session* const> sessions,
       const KeptInputs& kept = sessions[i]->tentative().layer(layer);
       absl::Status status = backend_->CopyBuffer(
           memory, static_cast<char*>(*gathered) + cu_seqlens[i] * elements * size,
-          kept.At(shape, tensor, first[i]), count[i] * elements * size);
+          kept.At(shape, tensor, first[i]), count[i] * elements * size, lead.stream);
       if (!status.ok()) {
         free_buffers();
         return status;
@@ -586,6 +587,7 @@ absl::Status Engine::Replay(int32_t layer, absl::Span<Session* const> sessions,
   inputs.struct_size = sizeof(inputs);
   inputs.dtype = lead.dtype;
   inputs.memory = memory;
+  inputs.stream = lead.stream;
   const void** pointers[kNumInputTensors] = {&inputs.q, &inputs.k, &inputs.v, &inputs.g,
                                              &inputs.beta};
   int64_t* counts[kNumInputTensors] = {&inputs.q_count, &inputs.k_count, &inputs.v_count,

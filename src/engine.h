@@ -137,7 +137,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   absl::Status TakeCheckpoint(Session& session, int32_t layer, RewindHistory::Checkpoint* out);
 
   // Replays tokens [first[i], first[i] + count[i]) of session i's kept inputs of `layer`
-  // through the step path, in one call (sessions whose kept inputs share dtype and memory).
+  // through the step path, in one call (sessions whose kept inputs share dtype, memory and
+  // stream; the call runs on that stream).
   absl::Status Replay(int32_t layer, absl::Span<Session* const> sessions,
                       absl::Span<const int32_t> first, absl::Span<const int32_t> count);
   // Commits one layer: replays each session's accepted[i] tokens (rounds of one token where

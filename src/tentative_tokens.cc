@@ -33,14 +33,15 @@ absl::Status TentativeTokens::Keep(Backend& backend, const LayerSpec& spec, int3
   const lumen_memory memory = static_cast<lumen_memory>(inputs.memory);
   absl::StatusOr<void*> buffer = backend.AllocateBuffer(memory, shape.token_elements() * n * size);
   if (!buffer.ok()) return buffer.status();
-  KeptInputs kept{*buffer, inputs.dtype, memory, n};
+  KeptInputs kept{*buffer, inputs.dtype, memory, inputs.stream, n};
   const void* sources[kNumInputTensors] = {inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta};
   for (int32_t tensor = 0; tensor < kNumInputTensors; ++tensor) {
     const int64_t elements = shape.per_token[tensor];
     if (elements == 0) continue;
     absl::Status status = backend.CopyBuffer(
         memory, const_cast<char*>(kept.At(shape, tensor, 0)),
-        static_cast<const char*>(sources[tensor]) + first * elements * size, n * elements * size);
+        static_cast<const char*>(sources[tensor]) + first * elements * size, n * elements * size,
+        inputs.stream);
     if (!status.ok()) {
       backend.FreeBuffer(memory, *buffer);
       return status;

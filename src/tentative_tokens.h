@@ -35,6 +35,7 @@ struct KeptInputs {
   void* buffer = nullptr;  // q [n, H, K], k, v [n, HV, V], g, beta, back to back
   int32_t dtype = LUMEN_DTYPE_FLOAT32;
   lumen_memory memory = LUMEN_MEMORY_HOST;
+  void* stream = nullptr;  // the tentative call's stream, which the commit's replay runs on
   int32_t num_tokens = 0;  // n
 
   // Where tensor `tensor`'s token `token` starts in `buffer`.
