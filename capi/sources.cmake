@@ -7,4 +7,6 @@ set(LUMEN_CAPI_SOURCES
   ${LUMEN_CAPI_DIR}/session_capi.cc
   ${LUMEN_CAPI_DIR}/snapshot_capi.cc
   ${LUMEN_CAPI_DIR}/store_capi.cc
+  ${LUMEN_CAPI_DIR}/tentative_capi.cc
+  ${LUMEN_CAPI_DIR}/rewind_capi.cc
 )

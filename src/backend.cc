@@ -1,5 +1,8 @@
 #include "src/backend.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/create_cpu_backend.h"
 #ifdef LUMEN_WITH_CUDA
@@ -10,6 +13,31 @@
 #endif
 
 namespace lumen {
+
+absl::StatusOr<void*> Backend::AllocateBuffer(lumen_memory memory, int64_t bytes) {
+  if (memory != LUMEN_MEMORY_HOST) {
+    return absl::UnimplementedError(
+        "this backend cannot keep inputs in device memory (tentative tokens)");
+  }
+  void* buffer = std::malloc(static_cast<size_t>(bytes > 0 ? bytes : 1));
+  if (buffer == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes for a session's kept inputs"));
+  }
+  return buffer;
+}
+
+void Backend::FreeBuffer(lumen_memory /*memory*/, void* buffer) { std::free(buffer); }
+
+absl::Status Backend::CopyBuffer(lumen_memory memory, void* dst, const void* src,
+                                 int64_t bytes, void* /*stream*/) {
+  if (memory != LUMEN_MEMORY_HOST) {
+    return absl::UnimplementedError(
+        "this backend cannot copy inputs in device memory (tentative tokens)");
+  }
+  if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const lumen_engine_options& options) {
   constexpr int32_t kMaxThreads = 1024;

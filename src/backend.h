@@ -17,6 +17,11 @@ namespace lumen {
 // One layer call, already validated by the engine: shapes, counts, dtypes and sessions.
 struct LayerRun {
   bool chunkwise = false;               // prefill (chunkwise) or step (recurrent)
+  // A tentative pass (lumen_session_step_tentative): recurrent (chunkwise false), any number
+  // of tokens per session up to kMaxTentativeTokens, every token's output written, and the
+  // states and conv windows only read. Its outputs must be bitwise those of stepping the
+  // tokens one by one (the same per-token arithmetic as a recurrent run that writes).
+  bool read_only = false;
   int32_t layer = 0;                    // the layer's index in the model
   std::vector<void*> states;            // per session: the layer's state in backend memory
   std::vector<int32_t> cu_seqlens;      // [num_sessions + 1] token offsets into the inputs
@@ -67,8 +72,21 @@ class Backend {
   virtual absl::Status StateToHost(void* host_dst, const void* src, int64_t bytes) = 0;
   virtual absl::Status StateFromHost(void* dst, const void* host_src, int64_t bytes) = 0;
 
+  // Buffers for the inputs a session keeps beside its state (its tentative tokens, replayed
+  // by a commit), in `memory`: the memory of the caller's input buffers, which the backend
+  // Accepts. Allocate returns a block of at least `bytes` (contents undefined); Copy copies
+  // within that memory (both pointers in it); Free takes nullptr. The base class serves
+  // LUMEN_MEMORY_HOST with malloc and memcpy and answers UNIMPLEMENTED for device memory.
+  // A device backend copies on `stream` (the tentative call's lumen_layer_inputs.stream,
+  // which its commit's replay runs on too), in order with the layer calls there, so that a
+  // copy of a call's inputs made after the call returned reads what the call read.
+  virtual absl::StatusOr<void*> AllocateBuffer(lumen_memory memory, int64_t bytes);
+  virtual void FreeBuffer(lumen_memory memory, void* buffer);
+  virtual absl::Status CopyBuffer(lumen_memory memory, void* dst, const void* src,
+                                  int64_t bytes, void* stream);
+
   // Runs the call's tokens through one layer for every session in it. Must not change any
-  // state unless it returns OK. Returns kFinishedCall for a call that has run (or whose
+  // state unless it returns OK (a read_only run changes none at all). Returns kFinishedCall for a call that has run (or whose
   // failure will not be charged to its sessions: one captured into a graph), else the number
   // a later TakeAsyncCallReport speaks of.
   virtual absl::StatusOr<AsyncCallId> Run(const LayerSpec& spec, const LayerRun& run) = 0;

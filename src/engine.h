@@ -14,6 +14,7 @@
 #include "lumen/lumen.h"
 #include "src/backend.h"
 #include "src/model.h"
+#include "src/rewind_history.h"
 #include "src/session_residency.h"
 #include "src/thread_pool.h"
 #include "src/token_counts.h"
@@ -71,6 +72,20 @@ class Engine : public std::enable_shared_from_this<Engine> {
                        absl::Span<const int32_t> cu_seqlens, const lumen_layer_inputs& inputs,
                        lumen_layer_output& output);
 
+  // Tentative tokens (lumen.h, "Tentative tokens"): session i runs tokens cu_seqlens[i] ..
+  // cu_seqlens[i + 1] of the inputs without changing its state, and keeps them.
+  absl::Status StepTentative(int32_t layer, absl::Span<Session* const> sessions,
+                             absl::Span<const int32_t> cu_seqlens,
+                             const lumen_layer_inputs& inputs, lumen_layer_output& output);
+  // Session i accepts its first accepted[i] tentative tokens, replayed layer by layer.
+  absl::Status Commit(absl::Span<Session* const> sessions, absl::Span<const int32_t> accepted);
+
+  // Rewind (lumen.h, "Rewind"): keeps the inputs of the session's last `depth` committed
+  // tokens (0: none); how many tokens every layer can go back now; going back.
+  absl::Status SetRewindDepth(Session& session, int32_t depth);
+  int32_t RewindAvailable(const Session& session) const;
+  absl::Status Rewind(Session& session, int32_t tokens);
+
   // Makes the backend ready for every layer call within `reservation` (lumen_engine_reserve:
   // checked here, then handed to the backend).
   absl::Status Reserve(const lumen_reservation& reservation);
@@ -101,10 +116,35 @@ class Engine : public std::enable_shared_from_this<Engine> {
     std::vector<std::pair<std::shared_ptr<TokenCounts>, int64_t>> tokens;
   };
 
+  // What a layer call does: a public step or prefill (refused for a session that holds
+  // tentative tokens), a tentative pass (changes no state or count), or a commit's replay of
+  // accepted tokens (recurrent, several tokens per session).
+  // kRestore: a rewind's replay of kept tokens, which the rewind history does not record.
+  enum class CallKind { kStep, kPrefill, kTentative, kReplay, kRestore };
+
   // Validates everything about a call, then runs it and advances the token counts.
-  absl::Status RunLayer(bool chunkwise, int32_t layer, absl::Span<Session* const> sessions,
+  absl::Status RunLayer(CallKind kind, int32_t layer, absl::Span<Session* const> sessions,
                         std::vector<int32_t> cu_seqlens, const lumen_layer_inputs& inputs,
                         lumen_layer_output& output);
+  // Keeps what a rewind needs of a call that changed the sessions' layer `layer`: before it
+  // runs, a checkpoint where a session's layer has none (BeforeCall); after it ran, its tokens'
+  // inputs, and a new checkpoint every `depth` tokens (AfterCall). A prefill starts the
+  // layer's history afresh.
+  absl::Status BeforeCall(CallKind kind, int32_t layer, absl::Span<Session* const> sessions);
+  void AfterCall(CallKind kind, int32_t layer, absl::Span<Session* const> sessions,
+                 const LayerRun& run);
+  // The layer's state of a pinned session, copied to host memory as a checkpoint.
+  absl::Status TakeCheckpoint(Session& session, int32_t layer, RewindHistory::Checkpoint* out);
+
+  // Replays tokens [first[i], first[i] + count[i]) of session i's kept inputs of `layer`
+  // through the step path, in one call (sessions whose kept inputs share dtype, memory and
+  // stream; the call runs on that stream).
+  absl::Status Replay(int32_t layer, absl::Span<Session* const> sessions,
+                      absl::Span<const int32_t> first, absl::Span<const int32_t> count);
+  // Commits one layer: replays each session's accepted[i] tokens (rounds of one token where
+  // the state is bf16, which steps round after every token), then drops its kept inputs.
+  absl::Status CommitLayer(int32_t layer, absl::Span<Session* const> sessions,
+                           absl::Span<const int32_t> accepted);
   // Applies the backend's report to the ledger: takes back the tokens of the calls that
   // changed nothing and forgets the calls that have run. Needs ledger_mutex_.
   void SettleAsyncCalls();

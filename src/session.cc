@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/dtype_convert.h"
+#include "src/status.h"
 
 namespace lumen {
 
@@ -15,9 +16,21 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Engine>
   return session;
 }
 
-Session::~Session() { engine_->ForgetSession(*this); }
+Session::~Session() {
+  tentative_.DropAll(engine_->backend());
+  engine_->ForgetSession(*this);
+}
+
+absl::Status Session::CheckNoTentativeTokens() const {
+  if (tentative_.count() == 0) return absl::OkStatus();
+  return LumenError(LUMEN_ERROR_UNCOMMITTED_TOKENS,
+                    absl::StrCat("the session holds ", tentative_.count(),
+                                 " tentative tokens: commit them (lumen_session_commit, 0 to "
+                                 "reject them) before this call"));
+}
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Fork() const {
+  if (absl::Status status = CheckNoTentativeTokens(); !status.ok()) return status;
   Session* self = const_cast<Session*>(this);  // pinning changes residency, not the state
   PinnedSessions source(*engine_, {&self, 1});
   if (!source.status().ok()) return source.status();
@@ -33,11 +46,15 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Fork() const {
 }
 
 absl::Status Session::Reset() {
+  if (absl::Status status = CheckNoTentativeTokens(); !status.ok()) return status;
   Session* self = this;
   PinnedSessions pinned(*engine_, {&self, 1});
   if (!pinned.status().ok()) return pinned.status();
   absl::Status status = engine_->ZeroState(block_);
-  if (status.ok()) tokens_->SetAll(0);
+  if (status.ok()) {
+    tokens_->SetAll(0);
+    rewind_.Reset(rewind_.depth());  // nothing to go back to
+  }
   return status;
 }
 
@@ -89,6 +106,7 @@ absl::Status Session::ReadState(int32_t layer, int32_t part, float* out,
                                 int64_t count) const {
   absl::StatusOr<int64_t> offset = PartOffset(layer, part, count);
   if (!offset.ok()) return offset.status();
+  if (absl::Status status = CheckNoTentativeTokens(); !status.ok()) return status;
   Session* self = const_cast<Session*>(this);  // pinning changes residency, not the state
   PinnedSessions pinned(*engine_, {&self, 1});
   if (!pinned.status().ok()) return pinned.status();
@@ -113,11 +131,13 @@ absl::Status Session::WriteState(int32_t layer, int32_t part, const float* value
       return absl::InvalidArgumentError(absl::StrCat("state value ", i, " is not finite"));
     }
   }
+  if (absl::Status status = CheckNoTentativeTokens(); !status.ok()) return status;
   Session* self = this;
   PinnedSessions pinned(*engine_, {&self, 1});
   if (!pinned.status().ok()) return pinned.status();
   const LayerSpec& spec = model().layer(layer);
   char* dst = static_cast<char*>(layer_state(layer)) + *offset;
+  rewind_.Reset(rewind_.depth());  // the written state has no history to go back to
   if (spec.state_dtype == DType::kFloat32) {
     return engine_->StateFromHost(dst, values, count * 4);
   }

@@ -11,6 +11,8 @@
 #include "absl/status/statusor.h"
 #include "lumen/lumen.h"
 #include "src/engine.h"
+#include "src/rewind_history.h"
+#include "src/tentative_tokens.h"
 #include "src/token_counts.h"
 
 namespace lumen {
@@ -42,6 +44,16 @@ class Session {
   // tokens back.
   const std::shared_ptr<TokenCounts>& token_counts() const { return tokens_; }
 
+  // The tentative tokens the session holds (lumen.h, "Tentative tokens"), and the error every
+  // call that reads or changes its state answers while it holds any (OK when it holds none).
+  TentativeTokens& tentative() { return tentative_; }
+  const TentativeTokens& tentative() const { return tentative_; }
+  absl::Status CheckNoTentativeTokens() const;
+
+  // What the session keeps to rewind (lumen.h, "Rewind"); the engine keeps it current.
+  RewindHistory& rewind() { return rewind_; }
+  const RewindHistory& rewind() const { return rewind_; }
+
   // The layer's state in backend memory: the matrix [HV, K, V], then the normalizer [HV, K],
   // then the conv windows [C, W-1] of q, k and v, all in the layer's stored dtype.
   void* layer_state(int32_t layer) const;
@@ -62,7 +74,9 @@ class Session {
   Session(std::shared_ptr<Engine> engine, void* block)
       : engine_(std::move(engine)),
         block_(block),
-        tokens_(std::make_shared<TokenCounts>(model().num_layers())) {}
+        tokens_(std::make_shared<TokenCounts>(model().num_layers())),
+        tentative_(model().num_layers()),
+        rewind_(model().num_layers()) {}
 
   // Locates a part of a layer's state (byte offset) after checking the part and the count.
   absl::StatusOr<int64_t> PartOffset(int32_t layer, int32_t part,
@@ -71,6 +85,8 @@ class Session {
   std::shared_ptr<Engine> engine_;
   void* block_;                  // model().state_bytes() bytes of backend memory
   std::shared_ptr<TokenCounts> tokens_;  // [num_layers]
+  TentativeTokens tentative_;
+  RewindHistory rewind_;
 
   // Kept by the engine's SessionResidency (under its lock) when the engine has a memory
   // budget: whether block_ holds the state or it is spilled, how many calls use the session

@@ -51,6 +51,7 @@ int64_t SnapshotSize(const Model& model, DType dtype) {
 
 absl::Status WriteSnapshot(const Session& session, DType dtype, void* buffer,
                            int64_t capacity) {
+  if (absl::Status status = session.CheckNoTentativeTokens(); !status.ok()) return status;
   Session* self = const_cast<Session*>(&session);  // pinning changes residency only
   PinnedSessions pinned(session.engine(), {&self, 1});
   if (!pinned.status().ok()) return pinned.status();
@@ -58,10 +59,14 @@ absl::Status WriteSnapshot(const Session& session, DType dtype, void* buffer,
 }
 
 absl::Status RestoreSnapshot(Session& session, const void* data, int64_t size) {
+  if (absl::Status status = session.CheckNoTentativeTokens(); !status.ok()) return status;
   Session* self = &session;
   PinnedSessions pinned(session.engine(), {&self, 1});
   if (!pinned.status().ok()) return pinned.status();
-  return RestoreResidentSnapshot(session, data, size);
+  absl::Status status = RestoreResidentSnapshot(session, data, size);
+  // The restored state has no history to go back to.
+  if (status.ok()) session.rewind().Reset(session.rewind().depth());
+  return status;
 }
 
 absl::Status WriteResidentSnapshot(const Session& session, DType dtype, void* buffer,

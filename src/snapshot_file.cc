@@ -235,6 +235,7 @@ absl::Status RestoreStreamed(Session& session, int fd, const char* head, int64_t
 }  // namespace
 
 absl::Status SaveSnapshotFile(const Session& session, DType dtype, const std::string& path) {
+  if (absl::Status status = session.CheckNoTentativeTokens(); !status.ok()) return status;
   Session* self = const_cast<Session*>(&session);  // pinning changes residency only
   PinnedSessions pinned(session.engine(), {&self, 1});
   if (!pinned.status().ok()) return pinned.status();
@@ -282,6 +283,7 @@ absl::Status SaveSnapshotFile(const Session& session, DType dtype, const std::st
 }
 
 absl::Status LoadSnapshotFile(Session& session, const std::string& path) {
+  if (absl::Status status = session.CheckNoTentativeTokens(); !status.ok()) return status;
   Session* self = &session;
   PinnedSessions pinned(session.engine(), {&self, 1});
   if (!pinned.status().ok()) return pinned.status();
@@ -320,7 +322,10 @@ absl::Status LoadSnapshotFile(Session& session, const std::string& path) {
   if (head_bytes != *got && ::lseek(fd, head_bytes, SEEK_SET) != head_bytes) {
     return IoError("seek in", path, errno);
   }
-  return RestoreStreamed(session, fd, head.data(), head_bytes, path);
+  absl::Status status = RestoreStreamed(session, fd, head.data(), head_bytes, path);
+  // The loaded state has no history to go back to.
+  if (status.ok()) session.rewind().Reset(session.rewind().depth());
+  return status;
 }
 
 }  // namespace lumen

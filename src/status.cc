@@ -22,6 +22,7 @@ absl::StatusCode AbslCodeFor(lumen_status code) {
     case LUMEN_ERROR_VERSION_CONFLICT: return absl::StatusCode::kAborted;
     case LUMEN_ERROR_UNAVAILABLE: return absl::StatusCode::kUnavailable;
     case LUMEN_ERROR_TIMEOUT: return absl::StatusCode::kDeadlineExceeded;
+    case LUMEN_ERROR_UNCOMMITTED_TOKENS: return absl::StatusCode::kFailedPrecondition;
     default: return absl::StatusCode::kUnknown;
   }
 }

@@ -22,6 +22,13 @@ namespace {
 constexpr int64_t kPrefillHeadGroup = 8;
 constexpr int64_t kPrefillSliceTokens = 2 * kChunkSize;
 
+// Rounds `count` floats to bf16 and back in place, as storing a bf16 state and loading it
+// for the next step does. rounded: room for `count` bf16 values.
+void RoundToBFloat16(float* values, int64_t count, uint16_t* rounded) {
+  StoreFromFloat(values, DType::kBFloat16, rounded, count);
+  LoadAsFloat(rounded, DType::kBFloat16, values, count);
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(int32_t num_threads)
@@ -135,13 +142,29 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
   } else {
     state = static_cast<float*>(block) + matrix_offset;
     if (spec.normalize) normalizer = static_cast<float*>(block) + normalizer_offset;
+    if (run.read_only) {  // a tentative pass works on a copy of the head
+      float* copy = scratch.head_state.data();
+      std::memcpy(copy, state, K * V * sizeof(float));
+      state = copy;
+      if (normalizer != nullptr) {
+        std::memcpy(copy + K * V, normalizer, K * sizeof(float));
+        normalizer = copy + K * V;
+      }
+    }
   }
 
   // The delta rule's held write: the session's own where the layer keeps them beside the
   // block, else one in scratch, applied before the state is stored.
   const HeldWrites::Layer layer = held_writes_.ForLayer(run.layer, block);
   HeldWrite write;
-  if (layer.held != nullptr) {
+  if (layer.held != nullptr && run.read_only) {  // a copy of the session's, to be dropped
+    const HeldWrite held = layer.Head(value_head);
+    write = {scratch.held.data(), scratch.held.data() + K, held.held};
+    if (held.held) {
+      std::copy_n(held.k, K, write.k);
+      std::copy_n(held.u, V, write.u);
+    }
+  } else if (layer.held != nullptr) {
     write = layer.Head(value_head);
   } else if (rule.delta) {
     write = {scratch.held.data(), scratch.held.data() + K, false};
@@ -154,9 +177,29 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
     }
     RunChunkwise(rule, seq, run.cu_seqlens[session + 1] - t1, &chunk_state, normalizer,
                  &scratch.chunk);
+  } else if (run.read_only && bf16) {
+    // Steps round a bf16 state after every token: so does a tentative pass, on its copy.
+    HeadSequence token = seq;
+    token.num_tokens = 1;
+    for (int32_t t = 0; t < seq.num_tokens; ++t) {
+      RunRecurrent(rule, token, state, normalizer, &write);
+      ApplyHeldWrite(spec.key_dim, spec.value_dim, state, &write);
+      RoundToBFloat16(state, K * V + (spec.normalize ? K : 0), scratch.rounded.data());
+      token.q += seq.q_stride;
+      token.k += seq.k_stride;
+      token.v += seq.v_stride;
+      if (token.g != nullptr) token.g += seq.g_stride;
+      if (token.beta != nullptr) token.beta += seq.beta_stride;
+      token.o += seq.o_stride;
+    }
   } else {
+    // Several tokens of a recurrent run (a tentative pass, a commit's replay) run exactly as
+    // that many steps: the kernel takes tokens one at a time, and keeps the delta rule's
+    // write held between them as the session's region keeps it between steps.
     RunRecurrent(rule, seq, state, normalizer, &write);
-    if (layer.held == nullptr) ApplyHeldWrite(spec.key_dim, spec.value_dim, state, &write);
+    if (layer.held == nullptr && !run.read_only) {
+      ApplyHeldWrite(spec.key_dim, spec.value_dim, state, &write);
+    }
   }
 
   if (in.skip_x != nullptr) {  // Mamba-2's D skip: o_t += D[h] * x_t
@@ -167,7 +210,7 @@ void CpuBackend::RunHead(const LayerSpec& spec, const LayerRun& run,
     }
   }
 
-  if (bf16) {
+  if (bf16 && !run.read_only) {
     uint16_t* stored = static_cast<uint16_t*>(block);
     StoreFromFloat(state, DType::kBFloat16, stored + matrix_offset, K * V);
     if (spec.normalize) {
@@ -198,8 +241,11 @@ absl::StatusOr<AsyncCallId> CpuBackend::Run(const LayerSpec& spec, const LayerRu
     const int64_t head_tokens = sliced ? std::min(longest, kPrefillSliceTokens) : longest;
     for (SlotScratch& scratch : scratch_) {
       ReserveHeadInputs(spec, prepared_, head_tokens, &scratch.inputs);
-      if (spec.state_dtype != DType::kFloat32) {
+      if (spec.state_dtype != DType::kFloat32 || run.read_only) {
         scratch.head_state.resize(spec.key_dim * spec.value_dim + spec.key_dim);
+      }
+      if (spec.state_dtype != DType::kFloat32 && run.read_only) {
+        scratch.rounded.resize(spec.key_dim * spec.value_dim + spec.key_dim);
       }
       if (spec.delta_rule()) scratch.held.resize(spec.key_dim + spec.value_dim);
       if (run.chunkwise) {
@@ -244,6 +290,11 @@ absl::StatusOr<AsyncCallId> CpuBackend::Run(const LayerSpec& spec, const LayerRu
     });
   }
 
+  if (run.read_only) {
+    ConvertOutput(run, out_count, o);
+    return kFinishedCall;
+  }
+
   // Every head of a session that ran tokens now holds its last write (a step), or has
   // applied the one it held (a prefill).
   for (int32_t i = 0; i < run.num_sessions(); ++i) {
@@ -254,15 +305,18 @@ absl::StatusOr<AsyncCallId> CpuBackend::Run(const LayerSpec& spec, const LayerRu
   }
 
   CommitConvWindows(spec, run, prepared_);
-
-  if (!direct_output) {  // a 16-bit output, converted in pieces on every thread
-    const DType dtype = static_cast<DType>(run.output->dtype);
-    pool_.ParallelForPieces(out_count, kPassPieceValues, [&](int64_t begin, int64_t size) {
-      StoreFromFloat(output_scratch_.data() + begin, dtype,
-                     static_cast<char*>(run.output->o) + begin * DTypeSize(dtype), size);
-    });
-  }
+  ConvertOutput(run, out_count, o);
   return kFinishedCall;
+}
+
+void CpuBackend::ConvertOutput(const LayerRun& run, int64_t out_count, const float* o) {
+  if (run.output->dtype == LUMEN_DTYPE_FLOAT32) return;  // written in place
+  // A 16-bit output, converted in pieces on every thread.
+  const DType dtype = static_cast<DType>(run.output->dtype);
+  pool_.ParallelForPieces(out_count, kPassPieceValues, [&](int64_t begin, int64_t size) {
+    StoreFromFloat(o + begin, dtype,
+                   static_cast<char*>(run.output->o) + begin * DTypeSize(dtype), size);
+  });
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int32_t num_threads) {

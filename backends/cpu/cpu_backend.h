@@ -37,7 +37,9 @@ class CpuBackend : public Backend {
   // Scratch owned by one pool slot.
   struct SlotScratch {
     ChunkWorkspace chunk;
-    std::vector<float> head_state;  // [K * V + K] fp32 copy of a head stored as bf16
+    std::vector<float> head_state;  // [K * V + K] fp32 copy of a head stored as bf16, or
+                                    // the working copy of a tentative pass
+    std::vector<uint16_t> rounded;  // [K * V + K] a tentative pass's bf16 rounding
     std::vector<ChunkState> chunk_states;  // [group] a prefill group's heads' states
     std::vector<float> held;        // [K + V] a delta-rule write where the layer holds none
     HeadInputScratch inputs;        // one head's rows that PrepareInputs left to the heads
@@ -49,6 +51,10 @@ class CpuBackend : public Backend {
   void RunHead(const LayerSpec& spec, const LayerRun& run, const PreparedInputs& in,
                float* o, int32_t session, int32_t value_head, int64_t first, int64_t count,
                int64_t group_index, SlotScratch& scratch);
+
+  // Writes the fp32 output `o` (output_scratch_) into a 16-bit caller output; nothing for
+  // an fp32 one, written in place.
+  void ConvertOutput(const LayerRun& run, int64_t out_count, const float* o);
 
   ThreadPool pool_;
   HeldWrites held_writes_;  // the delta rule's writes held beside each session's block

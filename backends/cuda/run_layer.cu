@@ -17,6 +17,21 @@
 namespace lumen::cuda {
 
 absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
+  // Tentative passes (read-only) and recurrent runs of several tokens per session (a
+  // commit's replay) need the multi-token recurrent kernel, which this backend lacks yet.
+  if (run.read_only) {
+    return absl::UnimplementedError(
+        "tentative tokens are not supported by the CUDA backend yet (CPU engines only)");
+  }
+  if (!run.chunkwise) {
+    for (int32_t i = 0; i < run.num_sessions(); ++i) {
+      if (run.cu_seqlens[i + 1] - run.cu_seqlens[i] > 1) {
+        return absl::UnimplementedError(
+            "a recurrent run of several tokens per session (a commit of tentative tokens) is "
+            "not supported by the CUDA backend yet (CPU engines only)");
+      }
+    }
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (absl::Status status = UseDevice(); !status.ok()) return status;
   const lumen_layer_inputs& in = *run.inputs;

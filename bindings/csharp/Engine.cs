@@ -176,6 +176,40 @@ public sealed class Engine : NativeObject {
     }
   }
 
+  /// <summary>Tentative tokens for n distinct sessions (lumen_engine_step_tentative_batch):
+  /// session i runs tokens cuSeqlens[i] .. cuSeqlens[i + 1] (1 to Session.MaxTentativeTokens
+  /// each) without changing its state; returns o [cuSeqlens[n], HV, V]. Since 0.4.</summary>
+  public float[] StepTentativeBatch(int layer, Session[] sessions, int[] cuSeqlens, float[] q,
+                                    float[] k, float[] v, float[] g = null,
+                                    float[] beta = null) {
+    CheckOffsets(sessions, cuSeqlens);
+    int[] shape = Shape(layer);
+    var o = new float[cuSeqlens[sessions.Length] * shape[1] * shape[3]];
+    var inputs = new Inputs(q, k, v, g, beta);
+    using (var batch = new SessionBatch(sessions))
+    using (HandleLease engine = Lease()) {
+      LayerCall.Run(inputs, o, null, (native, output) =>
+          Capi.lumen_engine_step_tentative_batch(engine.Address, layer, batch.Addresses,
+                                                 batch.Addresses.Length, cuSeqlens, native,
+                                                 output));
+    }
+    return o;
+  }
+
+  /// <summary>Session i accepts the first numAccepted[i] of its tentative tokens
+  /// (lumen_engine_commit_batch). Since 0.4.</summary>
+  public void CommitBatch(Session[] sessions, int[] numAccepted) {
+    if (sessions == null) throw new ArgumentNullException(nameof(sessions));
+    if (numAccepted == null || numAccepted.Length != sessions.Length) {
+      throw new ArgumentException("numAccepted needs one entry per session");
+    }
+    using (var batch = new SessionBatch(sessions))
+    using (HandleLease engine = Lease()) {
+      Capi.lumen_engine_commit_batch(engine.Address, batch.Addresses, batch.Addresses.Length,
+                                     numAccepted);
+    }
+  }
+
   /// <summary>{H, HV, K, V} of a layer; the library's own error for a bad index.</summary>
   internal int[] Shape(int layer) {
     if (layer < 0 || layer >= shapes.Length) {

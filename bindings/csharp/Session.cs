@@ -182,6 +182,73 @@ public sealed class Session : NativeObject {
     }
   }
 
+  /// <summary>The most tokens one tentative call runs per session. Since 0.4.</summary>
+  public const int MaxTentativeTokens = CApi.Capi.LUMEN_MAX_TENTATIVE_TOKENS;
+
+  /// <summary>T tokens (1 to MaxTentativeTokens, T from q's length) through one layer
+  /// tentatively (lumen_session_step_tentative): returns every token's o [T, HV, V] and leaves
+  /// the state unchanged until Commit. Since 0.4.</summary>
+  public float[] StepTentative(int layer, float[] q, float[] k, float[] v, float[] g = null,
+                               float[] beta = null) {
+    if (q == null) throw new ArgumentNullException(nameof(q));
+    int[] shape = Engine.Shape(layer);
+    int tokens = PrefillTokens(layer, q.Length);
+    var o = new float[tokens * shape[1] * shape[3]];
+    StepTentative(layer, tokens, new Inputs(q, k, v, g, beta), o);
+    return o;
+  }
+
+  /// <summary>The general form: o holds T * HV * V elements.</summary>
+  public void StepTentative(int layer, int numTokens, Inputs inputs, Tensor o,
+                            LumenDtype? outputDtype = null) {
+    using (HandleLease session = Lease()) {
+      LayerCall.Run(inputs, o, outputDtype, (native, output) =>
+          Capi.lumen_session_step_tentative(session.Address, layer, numTokens, native, output));
+    }
+  }
+
+  /// <summary>How many tentative tokens the session holds (0: none). Since 0.4.</summary>
+  public int TentativeTokens {
+    get {
+      using (HandleLease session = Lease()) {
+        Capi.lumen_session_tentative_tokens(session.Address, out int count);
+        return count;
+      }
+    }
+  }
+
+  /// <summary>Accepts the first numAccepted tentative tokens, as steps would take them, and
+  /// drops the rest; 0 rejects them all (lumen_session_commit). Since 0.4.</summary>
+  public void Commit(int numAccepted) {
+    using (HandleLease session = Lease()) Capi.lumen_session_commit(session.Address, numAccepted);
+  }
+
+  /// <summary>The deepest rewind a session keeps. Since 0.4.</summary>
+  public const int MaxRewindTokens = CApi.Capi.LUMEN_MAX_REWIND_TOKENS;
+
+  /// <summary>Keeps what the session needs to go back up to `depth` tokens (0 to
+  /// MaxRewindTokens; 0 keeps nothing) (lumen_session_set_rewind_depth). Since 0.4.</summary>
+  public void SetRewindDepth(int depth) {
+    using (HandleLease session = Lease()) Capi.lumen_session_set_rewind_depth(session.Address, depth);
+  }
+
+  /// <summary>How many tokens the session can go back now (lumen_session_rewind_available).
+  /// Since 0.4.</summary>
+  public int RewindAvailable {
+    get {
+      using (HandleLease session = Lease()) {
+        Capi.lumen_session_rewind_available(session.Address, out int available);
+        return available;
+      }
+    }
+  }
+
+  /// <summary>Takes every layer back numTokens tokens, bitwise (lumen_session_rewind).
+  /// Since 0.4.</summary>
+  public void Rewind(int numTokens) {
+    using (HandleLease session = Lease()) Capi.lumen_session_rewind(session.Address, numTokens);
+  }
+
   /// <summary>One part of a layer's state, fp32 canonical layout.</summary>
   public float[] ReadState(int layer, LumenStatePart part = LumenStatePart.MATRIX) {
     var state = new float[checked((int)Engine.Model.StateCount(layer, part))];

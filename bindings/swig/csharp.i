@@ -137,3 +137,4 @@ LUMEN_ARRAY(const void*, data, byte[], "[global::System.Runtime.InteropServices.
 LUMEN_ARRAY(void*, buffer, byte[], "[global::System.Runtime.InteropServices.Out]")
 LUMEN_ARRAY(void* const*, sessions, global::System.IntPtr[], "[global::System.Runtime.InteropServices.In]")
 LUMEN_ARRAY(const int32_t*, cu_seqlens, int[], "[global::System.Runtime.InteropServices.In]")
+LUMEN_ARRAY(const int32_t*, num_accepted, int[], "[global::System.Runtime.InteropServices.In]")

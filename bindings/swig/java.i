@@ -166,7 +166,8 @@ LUMEN_PINNED(void* buffer, int64_t capacity, jbyteArray, byte[], 1, 0)
   public";
 %javamethodmodifiers binding_run_pinned "
   /**
-   * Runs one layer call (0 step, 1 prefill, 2 step_batch, 3 prefill_varlen) with Java arrays
+   * Runs one layer call (0 step, 1 prefill, 2 step_batch, 3 prefill_varlen, 4 step_tentative,
+   * 5 step_tentative_batch) with Java arrays
    * pinned for its duration: arrays holds q, k, v, g, beta, o, each null (the field is
    * already set, or absent) or a float[] / short[] whose element count the caller has set in
    * the matching *_count field. The pinned fields are cleared again afterwards.
@@ -225,6 +226,15 @@ lumen_status binding_run_pinned(JNIEnv* jenv, int32_t call, void* target, int32_
                                            (lumen_session* const*)sessions, n, cu_seqlens,
                                            inputs, output);
       break;
+    case 4:
+      status = lumen_session_step_tentative((lumen_session*)target, layer, num_tokens, inputs,
+                                            output);
+      break;
+    case 5:
+      status = lumen_engine_step_tentative_batch((lumen_engine*)target, layer,
+                                                 (lumen_session* const*)sessions, n, cu_seqlens,
+                                                 inputs, output);
+      break;
     default: break;
   }
 release:
@@ -237,7 +247,7 @@ release:
   for (i = 0; i < count; ++i) {
     if (objects[i]) (*jenv)->DeleteLocalRef(jenv, objects[i]);
   }
-  if (status == LUMEN_ERROR_INVALID_ARGUMENT && call > 3) {
+  if (status == LUMEN_ERROR_INVALID_ARGUMENT && call > 5) {
     SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException, "unknown call");
   }
   return status;

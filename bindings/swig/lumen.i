@@ -124,6 +124,11 @@ LUMEN_HANDLE(lumen_store)
 #if defined(SWIGPYTHON)
 %apply (void* const* sessions, int32_t n, const int32_t* cu_seqlens) {
   (lumen_session* const* sessions, int32_t n, const int32_t* cu_seqlens) };
+%apply (void* const* sessions, int32_t n, const int32_t* num_accepted) {
+  (lumen_session* const* sessions, int32_t n, const int32_t* num_accepted) };
+#else
+/* One accepted count per session of a batch: an int[] like cu_seqlens. */
+%apply const int32_t* cu_seqlens { const int32_t* num_accepted };
 #endif
 
 %include "lumen/lumen.h"

@@ -266,6 +266,52 @@ LUMEN_BUFFER(const void* data, int64_t size, 0, 0)
   free(offsets$argnum);
 }
 
+/* Batched commits take the pair (sessions, num_accepted): one count per session. */
+%typemap(in) (void* const* sessions, int32_t n, const int32_t* num_accepted)
+    (void** addresses = NULL, Py_ssize_t size = 0, int32_t* counts = NULL) {
+  PyObject *sessions, *accepted, *fast;
+  Py_ssize_t i;
+  if (!PyArg_ParseTuple($input, "OO;expected the pair (sessions, num_accepted)", &sessions,
+                        &accepted))
+    SWIG_fail;
+  addresses = binding_addresses(sessions, &size);
+  if (!addresses) SWIG_fail;
+  if (size > INT32_MAX) {
+    PyErr_SetString(PyExc_ValueError, "too many sessions");
+    SWIG_fail;
+  }
+  fast = PySequence_Fast(accepted, "num_accepted must be a sequence of ints");
+  if (!fast) SWIG_fail;
+  if (PySequence_Fast_GET_SIZE(fast) != size) {
+    PyErr_Format(PyExc_ValueError, "num_accepted must have len(sessions) = %zd entries", size);
+    Py_DECREF(fast);
+    SWIG_fail;
+  }
+  counts = (int32_t*)malloc((size_t)(size ? size : 1) * sizeof(int32_t));
+  if (!counts) {
+    Py_DECREF(fast);
+    PyErr_NoMemory();
+    SWIG_fail;
+  }
+  for (i = 0; i < size; ++i) {
+    long value = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+    if ((value == -1 && PyErr_Occurred()) || value < INT32_MIN || value > INT32_MAX) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "num_accepted entry");
+      Py_DECREF(fast);
+      SWIG_fail;
+    }
+    counts[i] = (int32_t)value;
+  }
+  Py_DECREF(fast);
+  $1 = ($1_ltype)addresses;
+  $2 = (int32_t)size;
+  $3 = counts;
+}
+%typemap(freearg) (void* const* sessions, int32_t n, const int32_t* num_accepted) {
+  free(addresses$argnum);
+  free(counts$argnum);
+}
+
 /* ---- helpers for the lumen package (not part of lumen.h) ----------------------------------- */
 %nothread binding_buffer_address;
 %nothread binding_dlpack_import;

@@ -111,6 +111,10 @@ lumen_status lumen_store_save(lumen_store* store, const char* key, const lumen_s
     save.expected_version = current.expected_version;
   }
   return Guard([&] {
+    // Before the store is asked anything: a session with tentative tokens is not saved.
+    if (absl::Status held = session->session->CheckNoTentativeTokens(); !held.ok()) {
+      return FromStatus(held);
+    }
     absl::StatusOr<int64_t> version = store->store->Save(key, *session->session, save);
     if (!version.ok()) return FromStatus(version.status());
     if (out_version != nullptr) *out_version = *version;
@@ -125,6 +129,10 @@ lumen_status lumen_store_load(lumen_store* store, const char* key, lumen_session
   LUMEN_REQUIRE_NOT_NULL(session);
   if (lumen_status s = CheckKey(key); s != LUMEN_OK) return s;
   return Guard([&] {
+    // Before the store is read: a session with tentative tokens is not replaced.
+    if (absl::Status held = session->session->CheckNoTentativeTokens(); !held.ok()) {
+      return FromStatus(held);
+    }
     absl::StatusOr<int64_t> version = store->store->Load(key, *session->session);
     if (!version.ok()) return FromStatus(version.status());
     if (out_version != nullptr) *out_version = *version;

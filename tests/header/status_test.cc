@@ -20,7 +20,7 @@ TEST_CASE("lumen_status_string names every status, and any other value UNKNOWN_S
   CHECK(std::string(lumen_status_string(LUMEN_ERROR_IO)) == "LUMEN_ERROR_IO");
   CHECK(std::string(lumen_status_string(LUMEN_ERROR_TIMEOUT)) == "LUMEN_ERROR_TIMEOUT");
   std::set<std::string> names;
-  for (int32_t status = LUMEN_OK; status <= LUMEN_ERROR_TIMEOUT; ++status) {
+  for (int32_t status = LUMEN_OK; status <= LUMEN_ERROR_UNCOMMITTED_TOKENS; ++status) {
     const char* name = lumen_status_string(status);
     REQUIRE(name != nullptr);
     INFO(status << ": " << name);
@@ -28,8 +28,8 @@ TEST_CASE("lumen_status_string names every status, and any other value UNKNOWN_S
     CHECK(std::string(name) != "LUMEN_ERROR_UNKNOWN_STATUS");
     names.insert(name);
   }
-  CHECK(names.size() == static_cast<size_t>(LUMEN_ERROR_TIMEOUT) + 1);
-  for (int32_t other : {-1, LUMEN_ERROR_TIMEOUT + 1, 1000, INT32_MIN, INT32_MAX}) {
+  CHECK(names.size() == static_cast<size_t>(LUMEN_ERROR_UNCOMMITTED_TOKENS) + 1);
+  for (int32_t other : {-1, LUMEN_ERROR_UNCOMMITTED_TOKENS + 1, 1000, INT32_MIN, INT32_MAX}) {
     const char* name = lumen_status_string(other);
     REQUIRE(name != nullptr);
     CHECK(std::string(name) == "LUMEN_ERROR_UNKNOWN_STATUS");
@@ -55,10 +55,12 @@ TEST_CASE("status values are fixed: each keeps the number it was released with",
   CHECK(LUMEN_ERROR_VERSION_CONFLICT == 13);
   CHECK(LUMEN_ERROR_UNAVAILABLE == 14);
   CHECK(LUMEN_ERROR_TIMEOUT == 15);
+  CHECK(LUMEN_ERROR_UNCOMMITTED_TOKENS == 16);
   // And the library agrees with the header on each.
   CHECK(std::string(lumen_status_string(9)) == "LUMEN_ERROR_CORRUPT_SNAPSHOT");
   CHECK(std::string(lumen_status_string(11)) == "LUMEN_ERROR_IO");
   CHECK(std::string(lumen_status_string(15)) == "LUMEN_ERROR_TIMEOUT");
+  CHECK(std::string(lumen_status_string(16)) == "LUMEN_ERROR_UNCOMMITTED_TOKENS");
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ cmake -S "$source_dir" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DLUMEN_SANITIZED_TESTS=OFF >/dev/null
 # The test programs only (not the benchmarks, the CLI or the kernels' second build).
 programs=(lumen_capi_tests lumen_session_tests lumen_conformance_tests lumen_kernel_tests
-          lumen_snapshot_tests lumen_store_tests)
+          lumen_snapshot_tests lumen_store_tests lumen_tentative_tests)
 cmake --build "$build" -j "$jobs" --target "${programs[@]}"
 built=$(date +%s)
 

@@ -44,6 +44,7 @@ struct Options {
   std::vector<int64_t> misalign{0, kMisalignBytes};
   bool decode = true;
   bool prefill = true;
+  bool speculative = true;
   std::vector<std::string> builds;  // --builds: compare these library files instead
   int32_t rounds = 10;
   bool same_bits = false;  // --same-bits: fail where a build's results differ from the first's
@@ -54,7 +55,8 @@ void PrintUsage(std::FILE* to) {
       to,
       "usage: lumen bench --cpu [--quick] [--bf16] [--families a,b] [--threads 1,2]\n"
       "                   [--sessions 1,8,64] [--tokens 1024,...] [--aligned-only]\n"
-      "                   [--decode-only | --prefill-only] [--repeats R]\n"
+      "                   [--decode-only | --prefill-only | --speculative-only]\n"
+      "                   [--repeats R]\n"
       "       lumen bench --cpu --builds A.so,B.so[,...] [--rounds R] [--same-bits]\n"
       "                   [the options above]\n"
       "\n"
@@ -67,6 +69,9 @@ void PrintUsage(std::FILE* to) {
       "the fp32 matrix-product peak of a register-blocked sgemm, and lumen_session_step\n"
       "token by token. Each decode and prefill cell times its anchors again in turn with\n"
       "its repeats, and its ratios are of those bests.\n"
+      "Speculative decoding: lumen_engine_step_tentative_batch of n = 2, 4, 8 tokens into\n"
+      "each of N sessions then lumen_engine_commit_batch of all n (or of none), beside one\n"
+      "plain lumen_engine_step_batch of the same sessions timed in turn with it.\n"
       "Times are the best of R repeats (default 5), with the spread worst/best - 1.\n"
       "Inputs and output are fp32; --bf16 gives them in bf16 (the state stays fp32).\n"
       "--quick runs a few small cases once (a smoke test; its numbers mean nothing).\n"
@@ -120,8 +125,13 @@ Options ParseOptions(int argc, char** argv) {
       options.misalign = {0};
     } else if (flag == "--decode-only") {
       options.prefill = false;
+      options.speculative = false;
     } else if (flag == "--prefill-only") {
       options.decode = false;
+      options.speculative = false;
+    } else if (flag == "--speculative-only") {
+      options.decode = false;
+      options.prefill = false;
     } else if (flag == "--families") {
       options.families = ParseNames(value());
     } else if (flag == "--builds") {
@@ -416,6 +426,78 @@ void RunPrefill(const Options& options, const BenchInputs& buffers) {
   }
 }
 
+// Tokens of a draft that the speculative cells verify.
+constexpr int64_t kDraftTokens[] = {2, 4, 8};
+
+void RunSpeculative(const Options& options, const BenchInputs& buffers) {
+  std::printf(
+      "\n== Speculative decoding: N sessions, lumen_engine_step_tentative_batch of n tokens each\n"
+      "   then lumen_engine_commit_batch of all n (verify+commit) or none (verify+reject),\n"
+      "   beside one plain lumen_engine_step_batch of the sessions (step), each timed in turn\n"
+      "   with the others (N = 1: the calls of one session)\n");
+  std::printf("%-16s %4s %3s %2s %16s %20s %20s %9s\n", "family", "N", "thr", "n",
+              "step us (spread)", "verify+commit us", "verify+reject us", "/step");
+  for (const FamilySetup& family : kBenchFamilies) {
+    if (!Selected(options.families, family)) continue;
+    Owned<lumen_model> model = BuildModel(family);
+    for (int64_t sessions_count : options.sessions) {
+      for (int64_t threads : options.threads) {
+        Owned<lumen_engine> engine = CreateEngine(model.get(), static_cast<int32_t>(threads));
+        std::vector<Owned<lumen_session>> owned;
+        std::vector<lumen_session*> sessions = CreateSessions(engine.get(), sessions_count, &owned);
+        const int32_t count = static_cast<int32_t>(sessions_count);
+        lumen_layer_inputs one_in;
+        lumen_layer_output one_out;
+        buffers.Describe(LinkedApi(), family, 0, sessions_count, 0, &one_in, &one_out);
+        const auto step = [&] {
+          Check(lumen_engine_step_batch(engine.get(), 0, sessions.data(), count, &one_in,
+                                        &one_out),
+                "lumen_engine_step_batch");
+        };
+        for (int64_t n : kDraftTokens) {
+          lumen_layer_inputs in;
+          lumen_layer_output out;
+          buffers.Describe(LinkedApi(), family, 0, n * sessions_count, 0, &in, &out);
+          std::vector<int32_t> cu_seqlens(sessions_count + 1);
+          for (int64_t i = 0; i <= sessions_count; ++i) {
+            cu_seqlens[i] = static_cast<int32_t>(i * n);
+          }
+          const auto verify_then = [&](int32_t accepted) {
+            Check(lumen_engine_step_tentative_batch(engine.get(), 0, sessions.data(), count,
+                                                    cu_seqlens.data(), &in, &out),
+                  "lumen_engine_step_tentative_batch");
+            const std::vector<int32_t> accepts(sessions_count, accepted);
+            Check(lumen_engine_commit_batch(engine.get(), sessions.data(), count,
+                                            accepts.data()),
+                  "lumen_engine_commit_batch");
+          };
+          const auto commit_all = [&] { verify_then(static_cast<int32_t>(n)); };
+          const auto reject_all = [&] { verify_then(0); };
+          step();
+          commit_all();
+          std::vector<double> steps, commits, rejects;
+          for (int32_t r = 0; r < options.repeats; ++r) {
+            steps.push_back(SecondsPerCall(step, options.min_seconds));
+            commits.push_back(SecondsPerCall(commit_all, options.min_seconds));
+            rejects.push_back(SecondsPerCall(reject_all, options.min_seconds));
+          }
+          const Timing t_step = BestAndSpread(steps);
+          const Timing t_commit = BestAndSpread(commits);
+          const Timing t_reject = BestAndSpread(rejects);
+          std::printf("%-16s %4lld %3lld %2lld %9s (%3s) %13s (%3s) %13s (%3s) %8.2fx\n",
+                      FamilyName(family), static_cast<long long>(sessions_count),
+                      static_cast<long long>(threads), static_cast<long long>(n),
+                      Us(t_step.best_seconds).c_str(), Percent(t_step.spread).c_str(),
+                      Us(t_commit.best_seconds).c_str(), Percent(t_commit.spread).c_str(),
+                      Us(t_reject.best_seconds).c_str(), Percent(t_reject.spread).c_str(),
+                      t_commit.best_seconds / t_step.best_seconds);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int RunCpuBench(int argc, char** argv) {
@@ -450,6 +532,10 @@ int RunCpuBench(int argc, char** argv) {
   if (options.decode) {
     max_tokens = *std::max_element(options.sessions.begin(), options.sessions.end());
   }
+  if (options.speculative) {
+    max_tokens = std::max(max_tokens,
+                          8 * *std::max_element(options.sessions.begin(), options.sessions.end()));
+  }
   if (options.prefill) {
     max_tokens = std::max({max_tokens, int64_t{kTokenLoopTokens},
                            *std::max_element(options.tokens.begin(), options.tokens.end())});
@@ -459,6 +545,7 @@ int RunCpuBench(int argc, char** argv) {
   MeasureCallOverhead(options);
   if (options.decode) RunDecode(options, buffers);
   if (options.prefill) RunPrefill(options, buffers);
+  if (options.speculative) RunSpeculative(options, buffers);
   return 0;
 }
 

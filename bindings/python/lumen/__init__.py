@@ -290,6 +290,26 @@ class Engine(_Handle):
                         self.address, layer, (addresses, offsets), i, o),
                     "prefill_varlen", shape, (("T", total),), q, k, v, g, beta, **kwargs)
 
+    def step_tentative_batch(self, layer, sessions, cu_seqlens, q, k, v, g=None, beta=None,
+                             **kwargs):
+        """Tentative tokens for n distinct sessions (lumen_engine_step_tentative_batch):
+        session i runs tokens cu_seqlens[i]..cu_seqlens[i+1] (1 to MAX_TENTATIVE_TOKENS each)
+        of the concatenated inputs without changing its state; returns o [T, HV, V] (or
+        fills `out`). Keyword arguments as Session.step."""
+        shape = self._shape(layer)
+        addresses = [session.address for session in sessions]
+        offsets = [int(x) for x in cu_seqlens]
+        total = offsets[-1] if offsets else 0
+        return _run(lambda i, o: capi.lumen_engine_step_tentative_batch(
+                        self.address, layer, (addresses, offsets), i, o),
+                    "step_tentative_batch", shape, (("T", total),), q, k, v, g, beta, **kwargs)
+
+    def commit_batch(self, sessions, num_accepted):
+        """Session i accepts the first num_accepted[i] of its tentative tokens
+        (lumen_engine_commit_batch)."""
+        addresses = [session.address for session in sessions]
+        capi.lumen_engine_commit_batch(self.address, (addresses, [int(m) for m in num_accepted]))
+
     @property
     def model(self):
         return self._model
@@ -380,6 +400,47 @@ class Session(_Handle):
             raise
         return _run(lambda i, o: capi.lumen_session_prefill(self.address, layer, tokens, i, o),
                     "prefill", shape, (("T", tokens),), q_buffer, k, v, g, beta, **kwargs)
+
+    def step_tentative(self, layer, q, k, v, g=None, beta=None, **kwargs):
+        """Runs T tokens (1 to MAX_TENTATIVE_TOKENS) of one layer tentatively
+        (lumen_session_step_tentative): arrays as prefill; returns every token's o [T, HV, V]
+        (or fills `out`) and leaves the state unchanged until commit(). Keyword arguments as
+        step."""
+        shape = self._engine._shape(layer)
+        q_buffer = _as_buffer(q, "q", kwargs.get("dtype"), kwargs.get("stream"))
+        try:
+            tokens = shape.tokens(q_buffer)
+        except Exception:
+            q_buffer.release()
+            raise
+        return _run(lambda i, o: capi.lumen_session_step_tentative(self.address, layer, tokens,
+                                                                   i, o),
+                    "step_tentative", shape, (("T", tokens),), q_buffer, k, v, g, beta,
+                    **kwargs)
+
+    @property
+    def tentative_tokens(self):
+        """How many tentative tokens the session holds (0: none)."""
+        return capi.lumen_session_tentative_tokens(self.address)
+
+    def commit(self, num_accepted):
+        """Accepts the first num_accepted tentative tokens (as steps would take them) and
+        drops the rest; 0 rejects them all (lumen_session_commit)."""
+        capi.lumen_session_commit(self.address, int(num_accepted))
+
+    def set_rewind_depth(self, depth):
+        """Keeps what the session needs to go back up to `depth` tokens (0 to
+        MAX_REWIND_TOKENS; 0 keeps nothing) (lumen_session_set_rewind_depth)."""
+        capi.lumen_session_set_rewind_depth(self.address, int(depth))
+
+    @property
+    def rewind_available(self):
+        """How many tokens the session can go back now (lumen_session_rewind_available)."""
+        return capi.lumen_session_rewind_available(self.address)
+
+    def rewind(self, num_tokens):
+        """Takes every layer back num_tokens tokens, bitwise (lumen_session_rewind)."""
+        capi.lumen_session_rewind(self.address, int(num_tokens))
 
     def read_state(self, layer, part=StatePart.MATRIX, out=None):
         """Copies one part of a layer's state, fp32 canonical layout ([HV, K, V] for the

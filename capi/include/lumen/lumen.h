@@ -197,7 +197,10 @@ typedef enum lumen_status {
   /** A store's server cannot be reached, or closed the connection during the call. */
   LUMEN_ERROR_UNAVAILABLE = 14,
   /** A store's server did not answer within the store's timeout. */
-  LUMEN_ERROR_TIMEOUT = 15
+  LUMEN_ERROR_TIMEOUT = 15,
+  /** The session holds tentative tokens (see "Tentative tokens"): commit them first. Since
+   *  0.4. */
+  LUMEN_ERROR_UNCOMMITTED_TOKENS = 16
 } lumen_status;
 
 /**
@@ -799,6 +802,150 @@ LUMEN_API lumen_status lumen_engine_prefill_varlen(lumen_engine* engine, int32_t
                                                    const int32_t* cu_seqlens,
                                                    const lumen_layer_inputs* inputs,
                                                    lumen_layer_output* output);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tentative tokens (since 0.4)                                                               */
+/*                                                                                            */
+/* For speculative decoding: run a few draft tokens through a layer, read every token's       */
+/* output, then keep the state after the first m of them (commit). A recurrent state cannot   */
+/* be truncated, so a tentative call writes no state at all: it reads the session's state and */
+/* conv windows, computes every token's output, and keeps a copy of the call's inputs with    */
+/* the session. lumen_session_commit(session, m) then replays the first m tokens through each */
+/* layer that ran them, in the step's arithmetic, and drops the rest.                         */
+/*                                                                                            */
+/*   - Exact. The outputs of a tentative call are bitwise those of stepping its tokens one by */
+/*     one with lumen_session_step; after commit(m) the session's state, conv windows and     */
+/*     token counts are bitwise those of stepping the first m. commit(0) leaves the session   */
+/*     bitwise as it was.                                                                     */
+/*   - Cost. A tentative call of n tokens reads the state once and runs the n tokens'         */
+/*     arithmetic on a copy of each head in cache, writing no state; a commit of m tokens     */
+/*     replays them in place, reading and writing the state once with m tokens' arithmetic.   */
+/*     The session keeps the inputs of n tokens per layer (q, k, v, g, beta in their dtype).  */
+/*   - One count per session. Every layer's tentative call on a session takes the same n,     */
+/*     1 to LUMEN_MAX_TENTATIVE_TOKENS, and a layer takes tentative tokens once until commit. */
+/*     A commit replays every layer that ran them, and no other.                              */
+/*   - Until commit, every other call that reads or changes the session's state (step,        */
+/*     prefill, the batched calls, reset, fork, read_state, write_state, snapshot, restore,   */
+/*     save, load, the stores' save and load, rewind) fails with                              */
+/*     LUMEN_ERROR_UNCOMMITTED_TOKENS and changes nothing; lumen_session_tokens counts        */
+/*     committed tokens only. Snapshots therefore never contain tentative tokens.             */
+/*   - Memory budget. A session holding tentative tokens may be evicted like any other: the   */
+/*     kept inputs stay in memory beside it, and the commit reloads it.                       */
+/*   - Backends. The CPU backend runs every layer but one with a bfloat16 state and a short   */
+/*     convolution (LUMEN_ERROR_UNSUPPORTED). GPU engines answer LUMEN_ERROR_UNSUPPORTED for  */
+/*     now.                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/** The most tokens a tentative call runs per session. Since 0.4. */
+#define LUMEN_MAX_TENTATIVE_TOKENS 16
+
+/**
+ * Runs num_tokens tokens (1 to LUMEN_MAX_TENTATIVE_TOKENS) of layer `layer` of one session
+ * tentatively: writes every token's output, [num_tokens, HV, V], leaves the session's state
+ * and token counts unchanged, and keeps a copy of the inputs (the caller's buffers may be
+ * reused at once) for lumen_session_commit. Inputs are shaped as for lumen_session_prefill.
+ * Returns the errors of lumen_session_step; LUMEN_ERROR_INVALID_ARGUMENT for num_tokens
+ * outside [1, LUMEN_MAX_TENTATIVE_TOKENS] or other than the session's other layers' tentative
+ * count; LUMEN_ERROR_UNCOMMITTED_TOKENS when the layer already ran tentative tokens that
+ * are not committed yet; LUMEN_ERROR_UNSUPPORTED on GPU engines and for a layer with a
+ * bfloat16 state and a short convolution. The session is unchanged on any error. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_step_tentative(lumen_session* session, int32_t layer,
+                                                    int32_t num_tokens,
+                                                    const lumen_layer_inputs* inputs,
+                                                    lumen_layer_output* output);
+
+/**
+ * lumen_session_step_tentative for n distinct sessions in one call, each with its own number
+ * of tokens: session i runs tokens cu_seqlens[i] .. cu_seqlens[i+1] of the concatenated
+ * inputs (cu_seqlens has n + 1 entries, starts at 0; host memory), 1 to
+ * LUMEN_MAX_TENTATIVE_TOKENS each. n = 0 is a no-op. Same errors as
+ * lumen_session_step_tentative and lumen_engine_step_batch; no session changes on any error.
+ * Since 0.4.
+ */
+LUMEN_API lumen_status lumen_engine_step_tentative_batch(lumen_engine* engine, int32_t layer,
+                                                         lumen_session* const* sessions,
+                                                         int32_t n, const int32_t* cu_seqlens,
+                                                         const lumen_layer_inputs* inputs,
+                                                         lumen_layer_output* output);
+
+/**
+ * Writes the session's tentative token count to *out: the n of its tentative calls since the
+ * last commit, 0 when it holds none. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_tentative_tokens(const lumen_session* session,
+                                                      int32_t* out);
+
+/**
+ * Accepts the first num_accepted (0 <= num_accepted <= n) of the session's n tentative
+ * tokens: every layer that ran them consumes those tokens as steps would, and the rest are
+ * dropped. num_accepted = 0 rejects them all and leaves the session as it was. Afterwards the
+ * session holds no tentative tokens. Returns LUMEN_ERROR_INVALID_ARGUMENT when the session
+ * holds no tentative tokens (e.g. a second commit) or num_accepted is outside [0, n], changing
+ * nothing. Should the replay run out of memory (LUMEN_ERROR_OUT_OF_MEMORY), the layers
+ * replayed before it keep their tokens and the others keep theirs tentative: commit again
+ * with the same num_accepted to finish. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_commit(lumen_session* session, int32_t num_accepted);
+
+/**
+ * lumen_session_commit for n distinct sessions of this engine in one call, session i
+ * accepting num_accepted[i] of its tentative tokens (host memory, n entries); each layer's
+ * replay runs as one call over the sessions. n = 0 is a no-op. Same errors as
+ * lumen_session_commit and lumen_engine_step_batch; on an argument error no session changes.
+ * Since 0.4.
+ */
+LUMEN_API lumen_status lumen_engine_commit_batch(lumen_engine* engine,
+                                                 lumen_session* const* sessions, int32_t n,
+                                                 const int32_t* num_accepted);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Rewind (since 0.4)                                                                         */
+/*                                                                                            */
+/* For agents that retry a tool call or edit the last turn: a session that keeps a rewind     */
+/* depth r goes back j <= r tokens exactly (bitwise the state and token counts it had then).  */
+/* Each layer keeps host copies of its state at one or two checkpoints and the inputs of      */
+/* every token consumed since the older one; it takes a new checkpoint every r tokens. A      */
+/* rewind copies a checkpoint back and replays fewer than 2r tokens through the step path.    */
+/*                                                                                            */
+/*   - Memory: about two copies of the session's state in host memory, plus the inputs        */
+/*     (q, k, v, g, beta) of fewer than 2r tokens per layer. Cost per token stepped: a        */
+/*     copy of its inputs, and every r tokens a copy of the layer's state.                    */
+/*   - What is kept: tokens consumed by steps (lumen_session_step, lumen_engine_step_batch)   */
+/*     and by commits of tentative tokens. A prefill of a layer, and reset, write_state,      */
+/*     restore and load, start the history afresh: a layer can go back only over the steps    */
+/*     since then. A fork keeps no history.                                                   */
+/*   - CPU engines only, for now (others: LUMEN_ERROR_UNSUPPORTED).                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/** The deepest rewind a session keeps. Since 0.4. */
+#define LUMEN_MAX_REWIND_TOKENS 64
+
+/**
+ * Makes the session keep what it needs to go back up to `depth` tokens (0 to
+ * LUMEN_MAX_REWIND_TOKENS; 0, the default, keeps nothing), and forgets what it kept before.
+ * Returns LUMEN_ERROR_INVALID_ARGUMENT for a depth outside that range,
+ * LUMEN_ERROR_UNSUPPORTED on engines other than the CPU's, and
+ * LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_set_rewind_depth(lumen_session* session, int32_t depth);
+
+/**
+ * Writes to *out how many tokens the session can go back now: the fewest steps any layer has
+ * kept since its history started, at most the depth (0 without a depth). Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_rewind_available(const lumen_session* session,
+                                                      int32_t* out);
+
+/**
+ * Takes every layer of the session back num_tokens tokens (0 to
+ * lumen_session_rewind_available): state, conv windows and token counts become bitwise what
+ * they were then, and the tokens gone back over are forgotten. Returns
+ * LUMEN_ERROR_INVALID_ARGUMENT for a session without a depth or num_tokens outside that
+ * range, and LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens,
+ * changing nothing. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_rewind(lumen_session* session, int32_t num_tokens);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Snapshots                                                                                  */

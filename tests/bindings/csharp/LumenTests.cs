@@ -574,6 +574,77 @@ public static class LumenTests {
     }
   }
 
+  static float[] StepPlainly(Session session, float[][] x, int first, int count) {
+    var o = new float[count * HV * V];
+    for (int t = first; t < first + count; ++t) {
+      float[] one = session.Step(0, Token(x[0], t, H * K), Token(x[1], t, H * K),
+                                 Token(x[2], t, HV * V), Token(x[3], t, HV), Token(x[4], t, HV));
+      Array.Copy(one, 0, o, (t - first) * HV * V, HV * V);
+    }
+    return o;
+  }
+
+  static void TentativeThenCommitEqualsPlainSteps() {
+    float[][] x = Inputs(6);
+    using (Engine engine = NewEngine(out Model model))
+    using (model)
+    using (Session tentative = engine.NewSession())
+    using (Session all = engine.NewSession())
+    using (Session plain = engine.NewSession()) {
+      float[] o = tentative.StepTentative(0, Token(x[0], 0, 4 * H * K), Token(x[1], 0, 4 * H * K),
+                                          Token(x[2], 0, 4 * HV * V), Token(x[3], 0, 4 * HV),
+                                          Token(x[4], 0, 4 * HV));
+      Check(tentative.TentativeTokens == 4, "tentative count");
+      Check(o.SequenceEqual(StepPlainly(all, x, 0, 4)), "tentative outputs are the steps' bits");
+      var busy = Throws<LumenException>(() => tentative.ReadState(0), "read while tentative");
+      Check(busy.Status == LumenStatus.UNCOMMITTED_TOKENS, busy.Message);
+      tentative.Commit(2);
+      StepPlainly(plain, x, 0, 2);
+      Check(tentative.Tokens(0) == 2, "committed token count");
+      Check(tentative.ReadState(0).SequenceEqual(plain.ReadState(0)), "committed state");
+      Check(Session.MaxTentativeTokens == 16, "MaxTentativeTokens");
+
+      Session[] pair = { engine.NewSession(), engine.NewSession() };
+      int[] cuSeqlens = { 0, 2, 6 };
+      int[] accepted = { 2, 1 };
+      engine.StepTentativeBatch(0, pair, cuSeqlens, x[0], x[1], x[2], x[3], x[4]);
+      engine.CommitBatch(pair, accepted);
+      for (int i = 0; i < 2; ++i) {
+        using (Session single = engine.NewSession()) {
+          StepPlainly(single, x, cuSeqlens[i], accepted[i]);
+          Check(pair[i].ReadState(0).SequenceEqual(single.ReadState(0)), "batched commit " + i);
+        }
+        pair[i].Dispose();
+      }
+    }
+  }
+
+  static void RewindGoesBackBitwise() {
+    float[][] x = Inputs(5);
+    Model model;
+    using (var builder = new ModelBuilder())  // one layer: every layer steps and keeps history
+    using (var gated = Layer(LumenFamily.GATED_DELTA_NET, H, HV, K, V)) {
+      builder.AddLayer(gated);
+      model = builder.Build();
+    }
+    using (model)
+    using (var options = new EngineOptions { NumThreads = 2 })
+    using (var engine = new Engine(model, options))
+    using (Session session = engine.NewSession()) {
+      session.SetRewindDepth(3);
+      var states = new List<float[]> { session.ReadState(0) };
+      for (int t = 0; t < 5; ++t) {
+        StepPlainly(session, x, t, 1);
+        states.Add(session.ReadState(0));
+      }
+      Check(session.RewindAvailable == 3, "rewind available");
+      session.Rewind(2);
+      Check(session.Tokens(0) == 3, "token count after rewind");
+      Check(session.ReadState(0).SequenceEqual(states[3]), "state after rewind");
+      Throws<LumenException>(() => session.Rewind(Session.MaxRewindTokens), "too far back");
+    }
+  }
+
   public static int Main(string[] args) {
     header = args[0];
     scratch = args[1];
@@ -585,6 +656,7 @@ public static class LumenTests {
       TextFieldsFreeTheirCopies, NativeMemoryIsReleased, DroppedSessionsStayWithinAMemoryBound,
       DroppedSessionsCauseFullCollections, DisposeWaitsForACallInProgress,
       EnumsAndFlagsNeedNoCasts, PresetsAreLayerOptionsFactories, SpansMatchArrays,
+      TentativeThenCommitEqualsPlainSteps, RewindGoesBackBitwise,
     };
     int failed = 0;
     foreach (Action test in tests) {

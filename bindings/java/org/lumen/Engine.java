@@ -163,6 +163,36 @@ public final class Engine extends Handle {
     }));
   }
 
+  /**
+   * Tentative tokens for n distinct sessions (lumen_engine_step_tentative_batch): session i
+   * runs tokens cuSeqlens[i] .. cuSeqlens[i + 1] (1 to Session.MAX_TENTATIVE_TOKENS each)
+   * without changing its state; returns o [cuSeqlens[n], HV, V]. Since 0.4.
+   */
+  public float[] stepTentativeBatch(int layer, Session[] sessions, int[] cuSeqlens, float[] q,
+                                    float[] k, float[] v, float[] g, float[] beta) {
+    checkOffsets(sessions, cuSeqlens);
+    int[] shape = shape(layer);
+    float[] o = new float[cuSeqlens[sessions.length] * shape[1] * shape[3]];
+    useAddress(engine -> withAddresses(sessions, addresses -> {
+      LayerCall.run(LayerCall.STEP_TENTATIVE_BATCH, engine, layer, 0, addresses, cuSeqlens,
+                    Inputs.of(q, k, v, g, beta), o);
+      return null;
+    }));
+    return o;
+  }
+
+  /**
+   * Session i accepts the first numAccepted[i] of its tentative tokens
+   * (lumen_engine_commit_batch). Since 0.4.
+   */
+  public void commitBatch(Session[] sessions, int[] numAccepted) {
+    if (numAccepted == null || numAccepted.length != sessions.length) {
+      throw new IllegalArgumentException("numAccepted needs one entry per session");
+    }
+    useAddress(engine -> withAddresses(
+        sessions, addresses -> Capi.lumen_engine_commit_batch(engine, addresses, numAccepted)));
+  }
+
   /** {H, HV, K, V} of a layer; LumenException OUT_OF_RANGE for a bad index. */
   int[] shape(int layer) {
     return layout.shapes[layout.check(layer)];

@@ -14,6 +14,7 @@ import org.lumen.capi.LumenMemory;
 /** Fills lumen_layer_inputs / lumen_layer_output from Java arrays and buffers and runs a call. */
 final class LayerCall {
   static final int STEP = 0, PREFILL = 1, STEP_BATCH = 2, PREFILL_VARLEN = 3;
+  static final int STEP_TENTATIVE = 4, STEP_TENTATIVE_BATCH = 5;
   private static final String[] NAMES = {"q", "k", "v", "g", "beta", "o"};
   private static final int OUTPUT = 5;
 

@@ -107,6 +107,68 @@ public final class Session extends Handle {
                                         null, inputs, o));
   }
 
+  /**
+   * T tokens (1 to {@link #MAX_TENTATIVE_TOKENS}, T from q's length) through one layer
+   * tentatively (lumen_session_step_tentative): returns every token's o [T, HV, V] and leaves
+   * the state unchanged until {@link #commit(int)}. Since 0.4.
+   */
+  public float[] stepTentative(int layer, float[] q, float[] k, float[] v, float[] g,
+                               float[] beta) {
+    if (q == null) throw new IllegalArgumentException("q is null");
+    int[] shape = engine.shape(layer);
+    int tokens = q.length / (shape[0] * shape[2]);
+    float[] o = new float[tokens * shape[1] * shape[3]];
+    stepTentative(layer, tokens, Inputs.of(q, k, v, g, beta), o);
+    return o;
+  }
+
+  /** The general form: o is a float[], short[] or direct buffer of T * HV * V elements. */
+  public void stepTentative(int layer, int numTokens, Inputs inputs, Object o) {
+    useAddress(session -> LayerCall.run(LayerCall.STEP_TENTATIVE, session, layer, numTokens,
+                                        null, null, inputs, o));
+  }
+
+  /** The most tokens one tentative call runs per session. Since 0.4. */
+  public static final int MAX_TENTATIVE_TOKENS = org.lumen.capi.CapiConstants.LUMEN_MAX_TENTATIVE_TOKENS;
+
+  /** How many tentative tokens the session holds (0: none). Since 0.4. */
+  public int tentativeTokens() {
+    int[] out = new int[1];
+    useAddress(session -> Capi.lumen_session_tentative_tokens(session, out));
+    return out[0];
+  }
+
+  /**
+   * Accepts the first numAccepted tentative tokens, as steps would take them, and drops the
+   * rest; 0 rejects them all (lumen_session_commit). Since 0.4.
+   */
+  public void commit(int numAccepted) {
+    useAddress(session -> Capi.lumen_session_commit(session, numAccepted));
+  }
+
+  /** The deepest rewind a session keeps. Since 0.4. */
+  public static final int MAX_REWIND_TOKENS = org.lumen.capi.CapiConstants.LUMEN_MAX_REWIND_TOKENS;
+
+  /**
+   * Keeps what the session needs to go back up to {@code depth} tokens (0 to
+   * {@link #MAX_REWIND_TOKENS}; 0 keeps nothing) (lumen_session_set_rewind_depth). Since 0.4.
+   */
+  public void setRewindDepth(int depth) {
+    useAddress(session -> Capi.lumen_session_set_rewind_depth(session, depth));
+  }
+
+  /** How many tokens the session can go back now (lumen_session_rewind_available). Since 0.4. */
+  public int rewindAvailable() {
+    int[] out = new int[1];
+    useAddress(session -> Capi.lumen_session_rewind_available(session, out));
+    return out[0];
+  }
+
+  /** Takes every layer back numTokens tokens, bitwise (lumen_session_rewind). Since 0.4. */
+  public void rewind(int numTokens) {
+    useAddress(session -> Capi.lumen_session_rewind(session, numTokens));
+  }
+
   /** One part of a layer's state, fp32 in the canonical layout ([HV, K, V] for the matrix). */
   public float[] readState(int layer, StatePart part) {
     float[] out = new float[Math.toIntExact(engine.stateCount(layer, part))];

@@ -39,6 +39,8 @@ public enum Status {
   UNAVAILABLE(LumenStatus.UNAVAILABLE),
   /** A store's server did not answer in time. Since 0.3. */
   TIMEOUT(LumenStatus.TIMEOUT),
+  /** The session holds tentative tokens: commit them first. Since 0.4. */
+  UNCOMMITTED_TOKENS(LumenStatus.UNCOMMITTED_TOKENS),
   /**
    * A status that this binding does not know, from a newer library;
    * {@link LumenException#statusCode()} has its value.

@@ -6,6 +6,8 @@ pub const LUMEN_VERSION_MAJOR: u32 = 0;
 pub const LUMEN_VERSION_MINOR: u32 = 3;
 pub const LUMEN_VERSION_PATCH: u32 = 0;
 pub const LUMEN_VERSION_NUMBER: u32 = 300;
+pub const LUMEN_MAX_TENTATIVE_TOKENS: u32 = 16;
+pub const LUMEN_MAX_REWIND_TOKENS: u32 = 64;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
@@ -48,6 +50,9 @@ pub const LUMEN_ERROR_VERSION_CONFLICT: lumen_status = 13;
 pub const LUMEN_ERROR_UNAVAILABLE: lumen_status = 14;
 #[doc = " A store's server did not answer within the store's timeout."]
 pub const LUMEN_ERROR_TIMEOUT: lumen_status = 15;
+#[doc = " The session holds tentative tokens (see \"Tentative tokens\"): commit them first. Since"]
+#[doc = "  0.4."]
+pub const LUMEN_ERROR_UNCOMMITTED_TOKENS: lumen_status = 16;
 #[doc = " Result of every fallible call. Values are fixed forever; new codes are appended."]
 pub type lumen_status = ::std::os::raw::c_uint;
 extern "C" {
@@ -1666,6 +1671,98 @@ extern "C" {
         inputs: *const lumen_layer_inputs,
         output: *mut lumen_layer_output,
     ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Runs num_tokens tokens (1 to LUMEN_MAX_TENTATIVE_TOKENS) of layer `layer` of one session"]
+    #[doc = " tentatively: writes every token's output, [num_tokens, HV, V], leaves the session's state"]
+    #[doc = " and token counts unchanged, and keeps a copy of the inputs (the caller's buffers may be"]
+    #[doc = " reused at once) for lumen_session_commit. Inputs are shaped as for lumen_session_prefill."]
+    #[doc = " Returns the errors of lumen_session_step; LUMEN_ERROR_INVALID_ARGUMENT for num_tokens"]
+    #[doc = " outside [1, LUMEN_MAX_TENTATIVE_TOKENS] or other than the session's other layers' tentative"]
+    #[doc = " count; LUMEN_ERROR_UNCOMMITTED_TOKENS when the layer already ran tentative tokens that"]
+    #[doc = " are not committed yet; LUMEN_ERROR_UNSUPPORTED on GPU engines and for a layer with a"]
+    #[doc = " bfloat16 state and a short convolution. The session is unchanged on any error. Since 0.4."]
+    pub fn lumen_session_step_tentative(
+        session: *mut lumen_session,
+        layer: i32,
+        num_tokens: i32,
+        inputs: *const lumen_layer_inputs,
+        output: *mut lumen_layer_output,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " lumen_session_step_tentative for n distinct sessions in one call, each with its own number"]
+    #[doc = " of tokens: session i runs tokens cu_seqlens[i] .. cu_seqlens[i+1] of the concatenated"]
+    #[doc = " inputs (cu_seqlens has n + 1 entries, starts at 0; host memory), 1 to"]
+    #[doc = " LUMEN_MAX_TENTATIVE_TOKENS each. n = 0 is a no-op. Same errors as"]
+    #[doc = " lumen_session_step_tentative and lumen_engine_step_batch; no session changes on any error."]
+    #[doc = " Since 0.4."]
+    pub fn lumen_engine_step_tentative_batch(
+        engine: *mut lumen_engine,
+        layer: i32,
+        sessions: *const *mut lumen_session,
+        n: i32,
+        cu_seqlens: *const i32,
+        inputs: *const lumen_layer_inputs,
+        output: *mut lumen_layer_output,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Writes the session's tentative token count to *out: the n of its tentative calls since the"]
+    #[doc = " last commit, 0 when it holds none. Since 0.4."]
+    pub fn lumen_session_tentative_tokens(
+        session: *const lumen_session,
+        out: *mut i32,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Accepts the first num_accepted (0 <= num_accepted <= n) of the session's n tentative"]
+    #[doc = " tokens: every layer that ran them consumes those tokens as steps would, and the rest are"]
+    #[doc = " dropped. num_accepted = 0 rejects them all and leaves the session as it was. Afterwards the"]
+    #[doc = " session holds no tentative tokens. Returns LUMEN_ERROR_INVALID_ARGUMENT when the session"]
+    #[doc = " holds no tentative tokens (e.g. a second commit) or num_accepted is outside [0, n], changing"]
+    #[doc = " nothing. Should the replay run out of memory (LUMEN_ERROR_OUT_OF_MEMORY), the layers"]
+    #[doc = " replayed before it keep their tokens and the others keep theirs tentative: commit again"]
+    #[doc = " with the same num_accepted to finish. Since 0.4."]
+    pub fn lumen_session_commit(session: *mut lumen_session, num_accepted: i32) -> lumen_status;
+}
+extern "C" {
+    #[doc = " lumen_session_commit for n distinct sessions of this engine in one call, session i"]
+    #[doc = " accepting num_accepted[i] of its tentative tokens (host memory, n entries); each layer's"]
+    #[doc = " replay runs as one call over the sessions. n = 0 is a no-op. Same errors as"]
+    #[doc = " lumen_session_commit and lumen_engine_step_batch; on an argument error no session changes."]
+    #[doc = " Since 0.4."]
+    pub fn lumen_engine_commit_batch(
+        engine: *mut lumen_engine,
+        sessions: *const *mut lumen_session,
+        n: i32,
+        num_accepted: *const i32,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Makes the session keep what it needs to go back up to `depth` tokens (0 to"]
+    #[doc = " LUMEN_MAX_REWIND_TOKENS; 0, the default, keeps nothing), and forgets what it kept before."]
+    #[doc = " Returns LUMEN_ERROR_INVALID_ARGUMENT for a depth outside that range,"]
+    #[doc = " LUMEN_ERROR_UNSUPPORTED on engines other than the CPU's, and"]
+    #[doc = " LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens. Since 0.4."]
+    pub fn lumen_session_set_rewind_depth(session: *mut lumen_session, depth: i32) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Writes to *out how many tokens the session can go back now: the fewest steps any layer has"]
+    #[doc = " kept since its history started, at most the depth (0 without a depth). Since 0.4."]
+    pub fn lumen_session_rewind_available(
+        session: *const lumen_session,
+        out: *mut i32,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " Takes every layer of the session back num_tokens tokens (0 to"]
+    #[doc = " lumen_session_rewind_available): state, conv windows and token counts become bitwise what"]
+    #[doc = " they were then, and the tokens gone back over are forgotten. Returns"]
+    #[doc = " LUMEN_ERROR_INVALID_ARGUMENT for a session without a depth or num_tokens outside that"]
+    #[doc = " range, and LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens,"]
+    #[doc = " changing nothing. Since 0.4."]
+    pub fn lumen_session_rewind(session: *mut lumen_session, num_tokens: i32) -> lumen_status;
 }
 #[doc = " How a snapshot is written. Fill with lumen_snapshot_options_init."]
 #[repr(C)]

@@ -164,6 +164,49 @@ impl Engine {
         })
     }
 
+    /// Tentative tokens for n distinct sessions (`lumen_engine_step_tentative_batch`, since
+    /// 0.4): session i runs tokens `cu_seqlens[i] .. cu_seqlens[i + 1]` (1 to
+    /// [`crate::MAX_TENTATIVE_TOKENS`] each) without changing its state; `out` receives o
+    /// `[cu_seqlens[n], HV, V]`.
+    pub fn step_tentative_batch<T: Element, O: Element>(
+        &self,
+        layer: i32,
+        sessions: &mut [&mut Session],
+        cu_seqlens: &[i32],
+        inputs: &Inputs<'_, T>,
+        out: &mut [O],
+    ) -> Result<()> {
+        if cu_seqlens.len() != sessions.len() + 1 {
+            return Err(Error::invalid_argument(format!(
+                "cu_seqlens has {} entries; {} sessions need {}",
+                cu_seqlens.len(), sessions.len(), sessions.len() + 1)));
+        }
+        let handles = self.handles(sessions)?;
+        let (raw_inputs, mut raw_output) = inputs.raw(out);
+        // SAFETY: as in prefill_varlen.
+        check(unsafe {
+            sys::lumen_engine_step_tentative_batch(self.as_ptr(), layer, handles.as_ptr(),
+                                                   n(&handles)?, cu_seqlens.as_ptr(),
+                                                   &raw_inputs, &mut raw_output)
+        })
+    }
+
+    /// Session i accepts the first `num_accepted[i]` of its tentative tokens
+    /// (`lumen_engine_commit_batch`, since 0.4).
+    pub fn commit_batch(&self, sessions: &mut [&mut Session], num_accepted: &[i32]) -> Result<()> {
+        if num_accepted.len() != sessions.len() {
+            return Err(Error::invalid_argument(format!(
+                "num_accepted has {} entries; {} sessions need as many",
+                num_accepted.len(), sessions.len())));
+        }
+        let handles = self.handles(sessions)?;
+        // SAFETY: handles are live sessions; num_accepted holds n entries (checked above).
+        check(unsafe {
+            sys::lumen_engine_commit_batch(self.as_ptr(), handles.as_ptr(), n(&handles)?,
+                                           num_accepted.as_ptr())
+        })
+    }
+
     fn handles(&self, sessions: &mut [&mut Session]) -> Result<Vec<*mut sys::lumen_session>> {
         Ok(sessions.iter_mut().map(|session| session.as_mut_ptr()).collect())
     }

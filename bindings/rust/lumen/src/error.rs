@@ -72,6 +72,8 @@ statuses! {
     Unavailable = LUMEN_ERROR_UNAVAILABLE,
     /// A store's server did not answer in time (since 0.3).
     Timeout = LUMEN_ERROR_TIMEOUT,
+    /// The session holds tentative tokens: commit them first (since 0.4).
+    UncommittedTokens = LUMEN_ERROR_UNCOMMITTED_TOKENS,
 }
 
 impl Status {

@@ -47,6 +47,13 @@ pub use session::Session;
 pub use store::Store;
 pub use tensor::{Bf16, Element, F16, Inputs};
 
+/// The most tokens one tentative call runs per session (`LUMEN_MAX_TENTATIVE_TOKENS`, since
+/// 0.4).
+pub const MAX_TENTATIVE_TOKENS: i32 = sys::LUMEN_MAX_TENTATIVE_TOKENS as i32;
+
+/// The deepest rewind a session keeps (`LUMEN_MAX_REWIND_TOKENS`, since 0.4).
+pub const MAX_REWIND_TOKENS: i32 = sys::LUMEN_MAX_REWIND_TOKENS as i32;
+
 /// The loaded library's version, e.g. "0.3.0".
 pub fn version() -> String {
     // SAFETY: lumen_version_string returns a static NUL-terminated string.

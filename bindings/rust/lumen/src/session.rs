@@ -124,6 +124,66 @@ impl Session {
         })
     }
 
+    /// T tokens (1 to [`crate::MAX_TENTATIVE_TOKENS`], T from q's length) through one layer
+    /// tentatively (`lumen_session_step_tentative`): `out` receives every token's o
+    /// `[T, HV, V]`, and the state stays unchanged until [`Session::commit`] (since 0.4).
+    pub fn step_tentative<T: Element, O: Element>(&mut self, layer: i32,
+                                                  inputs: &Inputs<'_, T>,
+                                                  out: &mut [O]) -> Result<()> {
+        let shape = self.engine.shape(layer)?;
+        let per_token = shape.heads * shape.key_dim;
+        if inputs.q.len() as i64 % per_token != 0 {
+            return Err(Error::invalid_argument(format!(
+                "q holds {} elements, not a multiple of H * K = {}", inputs.q.len(), per_token)));
+        }
+        let tokens = i32::try_from(inputs.q.len() as i64 / per_token)
+            .map_err(|_| Error::invalid_argument("too many tentative tokens"))?;
+        let (raw_inputs, mut raw_output) = inputs.raw(out);
+        // SAFETY: as in step.
+        check(unsafe {
+            sys::lumen_session_step_tentative(self.as_mut_ptr(), layer, tokens, &raw_inputs,
+                                              &mut raw_output)
+        })
+    }
+
+    /// How many tentative tokens the session holds (0: none; since 0.4).
+    pub fn tentative_tokens(&self) -> Result<i32> {
+        let mut out = 0;
+        // SAFETY: the session is live.
+        check(unsafe { sys::lumen_session_tentative_tokens(self.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
+
+    /// Accepts the first `num_accepted` tentative tokens, as steps would take them, and drops
+    /// the rest; 0 rejects them all (`lumen_session_commit`, since 0.4).
+    pub fn commit(&mut self, num_accepted: i32) -> Result<()> {
+        // SAFETY: the session is live and exclusively borrowed.
+        check(unsafe { sys::lumen_session_commit(self.as_mut_ptr(), num_accepted) })
+    }
+
+    /// Keeps what the session needs to go back up to `depth` tokens (0 to
+    /// [`crate::MAX_REWIND_TOKENS`]; 0 keeps nothing) (`lumen_session_set_rewind_depth`,
+    /// since 0.4).
+    pub fn set_rewind_depth(&mut self, depth: i32) -> Result<()> {
+        // SAFETY: the session is live and exclusively borrowed.
+        check(unsafe { sys::lumen_session_set_rewind_depth(self.as_mut_ptr(), depth) })
+    }
+
+    /// How many tokens the session can go back now (`lumen_session_rewind_available`, since
+    /// 0.4).
+    pub fn rewind_available(&self) -> Result<i32> {
+        let mut out = 0;
+        // SAFETY: the session is live.
+        check(unsafe { sys::lumen_session_rewind_available(self.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
+
+    /// Takes every layer back `num_tokens` tokens, bitwise (`lumen_session_rewind`, since 0.4).
+    pub fn rewind(&mut self, num_tokens: i32) -> Result<()> {
+        // SAFETY: the session is live and exclusively borrowed.
+        check(unsafe { sys::lumen_session_rewind(self.as_mut_ptr(), num_tokens) })
+    }
+
     /// The length of o for `tokens` tokens of a layer: tokens * HV * V.
     pub fn output_len(&self, layer: i32, tokens: usize) -> Result<usize> {
         let shape = self.engine.shape(layer)?;

@@ -197,6 +197,38 @@ public class Capi {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_prefill_varlen(engine, layer, sessions, n, cu_seqlens, LayerInputs.getCPtr(inputs), LayerOutput.getCPtr(output)));
   }
 
+  public static void lumen_session_step_tentative(global::System.IntPtr session, int layer, int num_tokens, LayerInputs inputs, LayerOutput output) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_step_tentative(session, layer, num_tokens, LayerInputs.getCPtr(inputs), LayerOutput.getCPtr(output)));
+  }
+
+  public static void lumen_engine_step_tentative_batch(global::System.IntPtr engine, int layer, global::System.IntPtr[] sessions, int n, int[] cu_seqlens, LayerInputs inputs, LayerOutput output) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_step_tentative_batch(engine, layer, sessions, n, cu_seqlens, LayerInputs.getCPtr(inputs), LayerOutput.getCPtr(output)));
+  }
+
+  public static void lumen_session_tentative_tokens(global::System.IntPtr session, out int out_) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_tentative_tokens(session, out out_));
+  }
+
+  public static void lumen_session_commit(global::System.IntPtr session, int num_accepted) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_commit(session, num_accepted));
+  }
+
+  public static void lumen_engine_commit_batch(global::System.IntPtr engine, global::System.IntPtr[] sessions, int n, int[] num_accepted) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_engine_commit_batch(engine, sessions, n, num_accepted));
+  }
+
+  public static void lumen_session_set_rewind_depth(global::System.IntPtr session, int depth) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_set_rewind_depth(session, depth));
+  }
+
+  public static void lumen_session_rewind_available(global::System.IntPtr session, out int out_) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_rewind_available(session, out out_));
+  }
+
+  public static void lumen_session_rewind(global::System.IntPtr session, int num_tokens) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_rewind(session, num_tokens));
+  }
+
   public static void lumen_snapshot_options_init(SnapshotOptions options) {
     CapiPINVOKE.lumen_snapshot_options_init(SnapshotOptions.getCPtr(options));
   }
@@ -257,6 +289,8 @@ public class Capi {
   public const int LUMEN_VERSION_MINOR = 3;
   public const int LUMEN_VERSION_PATCH = 0;
   public const int LUMEN_VERSION_NUMBER = (0*10000+3*100+0);
+  public const int LUMEN_MAX_TENTATIVE_TOKENS = 16;
+  public const int LUMEN_MAX_REWIND_TOKENS = 64;
 }
 
 }

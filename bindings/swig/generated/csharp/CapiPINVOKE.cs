@@ -670,6 +670,30 @@ class CapiPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_prefill_varlen___")]
   public static extern int lumen_engine_prefill_varlen(global::System.IntPtr jarg1, int jarg2, [global::System.Runtime.InteropServices.In]global::System.IntPtr[] jarg3, int jarg4, [global::System.Runtime.InteropServices.In]int[] jarg5, global::System.Runtime.InteropServices.HandleRef jarg6, global::System.Runtime.InteropServices.HandleRef jarg7);
 
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_step_tentative___")]
+  public static extern int lumen_session_step_tentative(global::System.IntPtr jarg1, int jarg2, int jarg3, global::System.Runtime.InteropServices.HandleRef jarg4, global::System.Runtime.InteropServices.HandleRef jarg5);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_step_tentative_batch___")]
+  public static extern int lumen_engine_step_tentative_batch(global::System.IntPtr jarg1, int jarg2, [global::System.Runtime.InteropServices.In]global::System.IntPtr[] jarg3, int jarg4, [global::System.Runtime.InteropServices.In]int[] jarg5, global::System.Runtime.InteropServices.HandleRef jarg6, global::System.Runtime.InteropServices.HandleRef jarg7);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_tentative_tokens___")]
+  public static extern int lumen_session_tentative_tokens(global::System.IntPtr jarg1, out int jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_commit___")]
+  public static extern int lumen_session_commit(global::System.IntPtr jarg1, int jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_engine_commit_batch___")]
+  public static extern int lumen_engine_commit_batch(global::System.IntPtr jarg1, [global::System.Runtime.InteropServices.In]global::System.IntPtr[] jarg2, int jarg3, [global::System.Runtime.InteropServices.In]int[] jarg4);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_set_rewind_depth___")]
+  public static extern int lumen_session_set_rewind_depth(global::System.IntPtr jarg1, int jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_rewind_available___")]
+  public static extern int lumen_session_rewind_available(global::System.IntPtr jarg1, out int jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_rewind___")]
+  public static extern int lumen_session_rewind(global::System.IntPtr jarg1, int jarg2);
+
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_SnapshotOptions_StateDtype_set___")]
   public static extern void SnapshotOptions_StateDtype_set(global::System.Runtime.InteropServices.HandleRef jarg1, int jarg2);
 

@@ -26,7 +26,8 @@ public enum LumenStatus {
   NOT_FOUND = 12,
   VERSION_CONFLICT = 13,
   UNAVAILABLE = 14,
-  TIMEOUT = 15
+  TIMEOUT = 15,
+  UNCOMMITTED_TOKENS = 16
 }
 
 }

@@ -2163,6 +2163,138 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_prefill_varlen___(void
 }
 
 
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_step_tentative___(void* jarg1, int jarg2, int jarg3, void * jarg4, void * jarg5) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  lumen_layer_inputs *arg4 = (lumen_layer_inputs *) 0 ;
+  lumen_layer_output *arg5 = (lumen_layer_output *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (lumen_layer_inputs *)jarg4; 
+  arg5 = (lumen_layer_output *)jarg5; 
+  result = (lumen_status)lumen_session_step_tentative(arg1,arg2,arg3,(struct lumen_layer_inputs const *)arg4,arg5);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_step_tentative_batch___(void* jarg1, int jarg2, void* jarg3, int jarg4, void* jarg5, void * jarg6, void * jarg7) {
+  int jresult ;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  int32_t arg2 ;
+  lumen_session **arg3 = (lumen_session **) 0 ;
+  int32_t arg4 ;
+  int32_t *arg5 = (int32_t *) 0 ;
+  lumen_layer_inputs *arg6 = (lumen_layer_inputs *) 0 ;
+  lumen_layer_output *arg7 = (lumen_layer_output *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_engine *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (lumen_session **)jarg3;
+  arg4 = (int32_t)jarg4; 
+  arg5 = (int32_t *)jarg5;
+  arg6 = (lumen_layer_inputs *)jarg6; 
+  arg7 = (lumen_layer_output *)jarg7; 
+  result = (lumen_status)lumen_engine_step_tentative_batch(arg1,arg2,(struct lumen_session *const *)arg3,arg4,(int const *)arg5,(struct lumen_layer_inputs const *)arg6,arg7);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_tentative_tokens___(void* jarg1, int * jarg2) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t *)jarg2; 
+  result = (lumen_status)lumen_session_tentative_tokens((struct lumen_session const *)arg1,arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_commit___(void* jarg1, int jarg2) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  result = (lumen_status)lumen_session_commit(arg1,arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_engine_commit_batch___(void* jarg1, void* jarg2, int jarg3, void* jarg4) {
+  int jresult ;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  lumen_session **arg2 = (lumen_session **) 0 ;
+  int32_t arg3 ;
+  int32_t *arg4 = (int32_t *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_engine *)jarg1;
+  arg2 = (lumen_session **)jarg2;
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t *)jarg4;
+  result = (lumen_status)lumen_engine_commit_batch(arg1,(struct lumen_session *const *)arg2,arg3,(int const *)arg4);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_set_rewind_depth___(void* jarg1, int jarg2) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  result = (lumen_status)lumen_session_set_rewind_depth(arg1,arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_rewind_available___(void* jarg1, int * jarg2) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t *)jarg2; 
+  result = (lumen_status)lumen_session_rewind_available((struct lumen_session const *)arg1,arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_rewind___(void* jarg1, int jarg2) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  result = (lumen_status)lumen_session_rewind(arg1,arg2);
+  jresult = (int)result;
+  return jresult;
+}
+
+
 SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_SnapshotOptions_StateDtype_set___(void * jarg1, int jarg2) {
   struct lumen_snapshot_options *arg1 = (struct lumen_snapshot_options *) 0 ;
   int32_t arg2 ;

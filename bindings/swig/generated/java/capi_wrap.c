@@ -264,6 +264,15 @@ lumen_status binding_run_pinned(JNIEnv* jenv, int32_t call, void* target, int32_
                                            (lumen_session* const*)sessions, n, cu_seqlens,
                                            inputs, output);
       break;
+    case 4:
+      status = lumen_session_step_tentative((lumen_session*)target, layer, num_tokens, inputs,
+                                            output);
+      break;
+    case 5:
+      status = lumen_engine_step_tentative_batch((lumen_engine*)target, layer,
+                                                 (lumen_session* const*)sessions, n, cu_seqlens,
+                                                 inputs, output);
+      break;
     default: break;
   }
 release:
@@ -276,7 +285,7 @@ release:
   for (i = 0; i < count; ++i) {
     if (objects[i]) (*jenv)->DeleteLocalRef(jenv, objects[i]);
   }
-  if (status == LUMEN_ERROR_INVALID_ARGUMENT && call > 3) {
+  if (status == LUMEN_ERROR_INVALID_ARGUMENT && call > 5) {
     SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException, "unknown call");
   }
   return status;
@@ -3537,6 +3546,230 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1prefill_1varl
   {
     if (arg5) (*jenv)->ReleaseIntArrayElements(jenv, jarg5, (jint*)arg5, JNI_ABORT);
   }
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1step_1tentative(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2, jint jarg3, jlong jarg4, jobject jarg4_, jlong jarg5, jobject jarg5_) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  lumen_layer_inputs *arg4 = (lumen_layer_inputs *) 0 ;
+  lumen_layer_output *arg5 = (lumen_layer_output *) 0 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg4_;
+  (void)jarg5_;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = *(lumen_layer_inputs **)&jarg4; 
+  arg5 = *(lumen_layer_output **)&jarg5; 
+  result = (lumen_status)lumen_session_step_tentative(arg1,arg2,arg3,(struct lumen_layer_inputs const *)arg4,arg5);
+  jresult = (jint)result;
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1step_1tentative_1batch(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2, jlongArray jarg3, jintArray jarg5, jlong jarg6, jobject jarg6_, jlong jarg7, jobject jarg7_) {
+  jint jresult = 0 ;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  int32_t arg2 ;
+  lumen_session **arg3 = (lumen_session **) 0 ;
+  int32_t arg4 ;
+  int32_t *arg5 = (int32_t *) 0 ;
+  lumen_layer_inputs *arg6 = (lumen_layer_inputs *) 0 ;
+  lumen_layer_output *arg7 = (lumen_layer_output *) 0 ;
+  void **addresses3 = NULL ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg6_;
+  (void)jarg7_;
+  arg1 = (lumen_engine *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  {
+    jsize size = jarg3 ? (*jenv)->GetArrayLength(jenv, jarg3) : 0;
+    jlong* values = (jlong*)malloc((size_t)(size ? size : 1) * sizeof(jlong));
+    jsize i;
+    addresses3 = (void**)malloc((size_t)(size ? size : 1) * sizeof(void*));
+    if (!values || !addresses3) {
+      free(values);
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "sessions");
+      return 0;
+    }
+    if (size) (*jenv)->GetLongArrayRegion(jenv, jarg3, 0, size, values);
+    for (i = 0; i < size; ++i) addresses3[i] = (void*)(intptr_t)values[i];
+    free(values);
+    arg3 = (lumen_session **)addresses3;
+    arg4 = (int32_t)size;
+  }
+  {
+    arg5 = NULL; /* null: NULL, which lumen rejects where it needs offsets */
+    if (jarg5) {
+      arg5 = (int32_t*)(*jenv)->GetIntArrayElements(jenv, jarg5, NULL);
+      if (!arg5) return 0;
+    }
+  }
+  arg6 = *(lumen_layer_inputs **)&jarg6; 
+  arg7 = *(lumen_layer_output **)&jarg7; 
+  result = (lumen_status)lumen_engine_step_tentative_batch(arg1,arg2,(struct lumen_session *const *)arg3,arg4,(int const *)arg5,(struct lumen_layer_inputs const *)arg6,arg7);
+  jresult = (jint)result;
+  {
+    free(addresses3); 
+  }
+  {
+    if (arg5) (*jenv)->ReleaseIntArrayElements(jenv, jarg5, (jint*)arg5, JNI_ABORT);
+  }
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1tentative_1tokens(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  {
+    if (!binding_out_array(jenv, jarg2)) return 0;
+    memset(&temp2, 0, sizeof temp2);
+    arg2 = &temp2;
+  }
+  result = (lumen_status)lumen_session_tentative_tokens((struct lumen_session const *)arg1,arg2);
+  jresult = (jint)result;
+  {
+    jint value = (jint)(intptr_t)temp2;
+    (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &value);
+  }
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1commit(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  result = (lumen_status)lumen_session_commit(arg1,arg2);
+  jresult = (jint)result;
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1engine_1commit_1batch(JNIEnv *jenv, jclass jcls, jlong jarg1, jlongArray jarg2, jintArray jarg4) {
+  jint jresult = 0 ;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  lumen_session **arg2 = (lumen_session **) 0 ;
+  int32_t arg3 ;
+  int32_t *arg4 = (int32_t *) 0 ;
+  void **addresses2 = NULL ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_engine *)(intptr_t)jarg1;
+  {
+    jsize size = jarg2 ? (*jenv)->GetArrayLength(jenv, jarg2) : 0;
+    jlong* values = (jlong*)malloc((size_t)(size ? size : 1) * sizeof(jlong));
+    jsize i;
+    addresses2 = (void**)malloc((size_t)(size ? size : 1) * sizeof(void*));
+    if (!values || !addresses2) {
+      free(values);
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "sessions");
+      return 0;
+    }
+    if (size) (*jenv)->GetLongArrayRegion(jenv, jarg2, 0, size, values);
+    for (i = 0; i < size; ++i) addresses2[i] = (void*)(intptr_t)values[i];
+    free(values);
+    arg2 = (lumen_session **)addresses2;
+    arg3 = (int32_t)size;
+  }
+  {
+    arg4 = NULL; /* null: NULL, which lumen rejects where it needs offsets */
+    if (jarg4) {
+      arg4 = (int32_t*)(*jenv)->GetIntArrayElements(jenv, jarg4, NULL);
+      if (!arg4) return 0;
+    }
+  }
+  result = (lumen_status)lumen_engine_commit_batch(arg1,(struct lumen_session *const *)arg2,arg3,(int const *)arg4);
+  jresult = (jint)result;
+  {
+    free(addresses2); 
+  }
+  {
+    if (arg4) (*jenv)->ReleaseIntArrayElements(jenv, jarg4, (jint*)arg4, JNI_ABORT);
+  }
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1set_1rewind_1depth(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  result = (lumen_status)lumen_session_set_rewind_depth(arg1,arg2);
+  jresult = (jint)result;
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1rewind_1available(JNIEnv *jenv, jclass jcls, jlong jarg1, jintArray jarg2) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  {
+    if (!binding_out_array(jenv, jarg2)) return 0;
+    memset(&temp2, 0, sizeof temp2);
+    arg2 = &temp2;
+  }
+  result = (lumen_status)lumen_session_rewind_available((struct lumen_session const *)arg1,arg2);
+  jresult = (jint)result;
+  {
+    jint value = (jint)(intptr_t)temp2;
+    (*jenv)->SetIntArrayRegion(jenv, jarg2, 0, 1, &value);
+  }
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1rewind(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  result = (lumen_status)lumen_session_rewind(arg1,arg2);
+  jresult = (jint)result;
   return jresult;
 }
 

@@ -114,6 +114,11 @@ LUMEN_ERROR_UNAVAILABLE = _capi.LUMEN_ERROR_UNAVAILABLE
 r""" A store's server cannot be reached, or closed the connection during the call."""
 LUMEN_ERROR_TIMEOUT = _capi.LUMEN_ERROR_TIMEOUT
 r""" A store's server did not answer within the store's timeout."""
+LUMEN_ERROR_UNCOMMITTED_TOKENS = _capi.LUMEN_ERROR_UNCOMMITTED_TOKENS
+r"""
+    The session holds tentative tokens (see "Tentative tokens"): commit them first. Since
+    0.4.
+    """
 
 def lumen_status_string(status):
     r"""
@@ -678,6 +683,93 @@ def lumen_engine_prefill_varlen(engine, layer, sessions, inputs, output):
     get 0 tokens. Same errors and guarantees as lumen_engine_step_batch.
     """
     return _capi.lumen_engine_prefill_varlen(engine, layer, sessions, inputs, output)
+LUMEN_MAX_TENTATIVE_TOKENS = _capi.LUMEN_MAX_TENTATIVE_TOKENS
+r""" The most tokens a tentative call runs per session. Since 0.4."""
+
+def lumen_session_step_tentative(session, layer, num_tokens, inputs, output):
+    r"""
+    Runs num_tokens tokens (1 to LUMEN_MAX_TENTATIVE_TOKENS) of layer `layer` of one session
+    tentatively: writes every token's output, [num_tokens, HV, V], leaves the session's state
+    and token counts unchanged, and keeps a copy of the inputs (the caller's buffers may be
+    reused at once) for lumen_session_commit. Inputs are shaped as for lumen_session_prefill.
+    Returns the errors of lumen_session_step; LUMEN_ERROR_INVALID_ARGUMENT for num_tokens
+    outside [1, LUMEN_MAX_TENTATIVE_TOKENS] or other than the session's other layers' tentative
+    count; LUMEN_ERROR_UNCOMMITTED_TOKENS when the layer already ran tentative tokens that
+    are not committed yet; LUMEN_ERROR_UNSUPPORTED on GPU engines and for a layer with a
+    bfloat16 state and a short convolution. The session is unchanged on any error. Since 0.4.
+    """
+    return _capi.lumen_session_step_tentative(session, layer, num_tokens, inputs, output)
+
+def lumen_engine_step_tentative_batch(engine, layer, sessions, inputs, output):
+    r"""
+    lumen_session_step_tentative for n distinct sessions in one call, each with its own number
+    of tokens: session i runs tokens cu_seqlens[i] .. cu_seqlens[i+1] of the concatenated
+    inputs (cu_seqlens has n + 1 entries, starts at 0; host memory), 1 to
+    LUMEN_MAX_TENTATIVE_TOKENS each. n = 0 is a no-op. Same errors as
+    lumen_session_step_tentative and lumen_engine_step_batch; no session changes on any error.
+    Since 0.4.
+    """
+    return _capi.lumen_engine_step_tentative_batch(engine, layer, sessions, inputs, output)
+
+def lumen_session_tentative_tokens(session):
+    r"""
+    Writes the session's tentative token count to *out: the n of its tentative calls since the
+    last commit, 0 when it holds none. Since 0.4.
+    """
+    return _capi.lumen_session_tentative_tokens(session)
+
+def lumen_session_commit(session, num_accepted):
+    r"""
+    Accepts the first num_accepted (0 <= num_accepted <= n) of the session's n tentative
+    tokens: every layer that ran them consumes those tokens as steps would, and the rest are
+    dropped. num_accepted = 0 rejects them all and leaves the session as it was. Afterwards the
+    session holds no tentative tokens. Returns LUMEN_ERROR_INVALID_ARGUMENT when the session
+    holds no tentative tokens (e.g. a second commit) or num_accepted is outside [0, n], changing
+    nothing. Should the replay run out of memory (LUMEN_ERROR_OUT_OF_MEMORY), the layers
+    replayed before it keep their tokens and the others keep theirs tentative: commit again
+    with the same num_accepted to finish. Since 0.4.
+    """
+    return _capi.lumen_session_commit(session, num_accepted)
+
+def lumen_engine_commit_batch(engine, sessions):
+    r"""
+    lumen_session_commit for n distinct sessions of this engine in one call, session i
+    accepting num_accepted[i] of its tentative tokens (host memory, n entries); each layer's
+    replay runs as one call over the sessions. n = 0 is a no-op. Same errors as
+    lumen_session_commit and lumen_engine_step_batch; on an argument error no session changes.
+    Since 0.4.
+    """
+    return _capi.lumen_engine_commit_batch(engine, sessions)
+LUMEN_MAX_REWIND_TOKENS = _capi.LUMEN_MAX_REWIND_TOKENS
+r""" The deepest rewind a session keeps. Since 0.4."""
+
+def lumen_session_set_rewind_depth(session, depth):
+    r"""
+    Makes the session keep what it needs to go back up to `depth` tokens (0 to
+    LUMEN_MAX_REWIND_TOKENS; 0, the default, keeps nothing), and forgets what it kept before.
+    Returns LUMEN_ERROR_INVALID_ARGUMENT for a depth outside that range,
+    LUMEN_ERROR_UNSUPPORTED on engines other than the CPU's, and
+    LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens. Since 0.4.
+    """
+    return _capi.lumen_session_set_rewind_depth(session, depth)
+
+def lumen_session_rewind_available(session):
+    r"""
+    Writes to *out how many tokens the session can go back now: the fewest steps any layer has
+    kept since its history started, at most the depth (0 without a depth). Since 0.4.
+    """
+    return _capi.lumen_session_rewind_available(session)
+
+def lumen_session_rewind(session, num_tokens):
+    r"""
+    Takes every layer of the session back num_tokens tokens (0 to
+    lumen_session_rewind_available): state, conv windows and token counts become bitwise what
+    they were then, and the tokens gone back over are forgotten. Returns
+    LUMEN_ERROR_INVALID_ARGUMENT for a session without a depth or num_tokens outside that
+    range, and LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens,
+    changing nothing. Since 0.4.
+    """
+    return _capi.lumen_session_rewind(session, num_tokens)
 class lumen_snapshot_options(object):
     r""" How a snapshot is written. Fill with lumen_snapshot_options_init."""
 

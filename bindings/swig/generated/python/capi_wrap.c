@@ -8971,6 +8971,477 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_lumen_session_step_tentative(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  lumen_layer_inputs *arg4 = (lumen_layer_inputs *) 0 ;
+  lumen_layer_output *arg5 = (lumen_layer_output *) 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  int val3 ;
+  int ecode3 = 0 ;
+  void *argp4 = 0 ;
+  int res4 = 0 ;
+  void *argp5 = 0 ;
+  int res5 = 0 ;
+  PyObject *swig_obj[5] ;
+  lumen_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_session_step_tentative", 5, 5, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_session_step_tentative" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  ecode3 = SWIG_AsVal_int(swig_obj[2], &val3);
+  if (!SWIG_IsOK(ecode3)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "lumen_session_step_tentative" "', argument " "3"" of type '" "int32_t""'");
+  } 
+  arg3 = (int32_t)(val3);
+  res4 = SWIG_ConvertPtr(swig_obj[3], &argp4,SWIGTYPE_p_lumen_layer_inputs, 0 |  0 );
+  if (!SWIG_IsOK(res4)) {
+    SWIG_exception_fail(SWIG_ArgError(res4), "in method '" "lumen_session_step_tentative" "', argument " "4"" of type '" "lumen_layer_inputs const *""'"); 
+  }
+  arg4 = (lumen_layer_inputs *)(argp4);
+  res5 = SWIG_ConvertPtr(swig_obj[4], &argp5,SWIGTYPE_p_lumen_layer_output, 0 |  0 );
+  if (!SWIG_IsOK(res5)) {
+    SWIG_exception_fail(SWIG_ArgError(res5), "in method '" "lumen_session_step_tentative" "', argument " "5"" of type '" "lumen_layer_output *""'"); 
+  }
+  arg5 = (lumen_layer_output *)(argp5);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_step_tentative(arg1,arg2,arg3,(struct lumen_layer_inputs const *)arg4,arg5);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_engine_step_tentative_batch(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  int32_t arg2 ;
+  lumen_session **arg3 = (lumen_session **) 0 ;
+  int32_t arg4 ;
+  int32_t *arg5 = (int32_t *) 0 ;
+  lumen_layer_inputs *arg6 = (lumen_layer_inputs *) 0 ;
+  lumen_layer_output *arg7 = (lumen_layer_output *) 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  void **addresses3 = NULL ;
+  Py_ssize_t size3 = 0 ;
+  int32_t *offsets3 = NULL ;
+  void *argp6 = 0 ;
+  int res6 = 0 ;
+  void *argp7 = 0 ;
+  int res7 = 0 ;
+  PyObject *swig_obj[5] ;
+  lumen_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_engine_step_tentative_batch", 5, 5, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_engine *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_engine_step_tentative_batch" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    PyObject *sessions, *lengths, *fast;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(swig_obj[2], "OO;expected the pair (sessions, cu_seqlens)", &sessions,
+        &lengths))
+    SWIG_fail;
+    addresses3 = binding_addresses(sessions, &size3);
+    if (!addresses3) SWIG_fail;
+    if (size3 > INT32_MAX - 1) {
+      PyErr_SetString(PyExc_ValueError, "too many sessions");
+      SWIG_fail;
+    }
+    fast = PySequence_Fast(lengths, "cu_seqlens must be a sequence of ints");
+    if (!fast) SWIG_fail;
+    if (PySequence_Fast_GET_SIZE(fast) != size3 + 1) {
+      PyErr_Format(PyExc_ValueError, "cu_seqlens must have len(sessions) + 1 = %zd entries",
+        size3 + 1);
+      Py_DECREF(fast);
+      SWIG_fail;
+    }
+    offsets3 = (int32_t*)malloc((size_t)(size3 + 1) * sizeof(int32_t));
+    if (!offsets3) {
+      Py_DECREF(fast);
+      PyErr_NoMemory();
+      SWIG_fail;
+    }
+    for (i = 0; i <= size3; ++i) {
+      long value = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+      if ((value == -1 && PyErr_Occurred()) || value < INT32_MIN || value > INT32_MAX) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "cu_seqlens entry");
+        Py_DECREF(fast);
+        SWIG_fail;
+      }
+      offsets3[i] = (int32_t)value;
+    }
+    Py_DECREF(fast);
+    arg3 = (lumen_session **)addresses3;
+    arg4 = (int32_t)size3;
+    arg5 = offsets3;
+  }
+  res6 = SWIG_ConvertPtr(swig_obj[3], &argp6,SWIGTYPE_p_lumen_layer_inputs, 0 |  0 );
+  if (!SWIG_IsOK(res6)) {
+    SWIG_exception_fail(SWIG_ArgError(res6), "in method '" "lumen_engine_step_tentative_batch" "', argument " "6"" of type '" "lumen_layer_inputs const *""'"); 
+  }
+  arg6 = (lumen_layer_inputs *)(argp6);
+  res7 = SWIG_ConvertPtr(swig_obj[4], &argp7,SWIGTYPE_p_lumen_layer_output, 0 |  0 );
+  if (!SWIG_IsOK(res7)) {
+    SWIG_exception_fail(SWIG_ArgError(res7), "in method '" "lumen_engine_step_tentative_batch" "', argument " "7"" of type '" "lumen_layer_output *""'"); 
+  }
+  arg7 = (lumen_layer_output *)(argp7);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_engine_step_tentative_batch(arg1,arg2,(struct lumen_session *const *)arg3,arg4,(int const *)arg5,(struct lumen_layer_inputs const *)arg6,arg7);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    free(addresses3);
+    free(offsets3);
+  }
+  return resultobj;
+fail:
+  {
+    free(addresses3);
+    free(offsets3);
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_session_tentative_tokens(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 ;
+  PyObject *swig_obj[1] ;
+  lumen_status result;
+  
+  {
+    memset(&temp2, 0, sizeof temp2);
+    arg2 = &temp2;
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_tentative_tokens((struct lumen_session const *)arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)temp2));
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_session_commit(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  lumen_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_session_commit", 2, 2, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_session_commit" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_commit(arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_engine_commit_batch(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_engine *arg1 = (lumen_engine *) 0 ;
+  lumen_session **arg2 = (lumen_session **) 0 ;
+  int32_t arg3 ;
+  int32_t *arg4 = (int32_t *) 0 ;
+  void **addresses2 = NULL ;
+  Py_ssize_t size2 = 0 ;
+  int32_t *counts2 = NULL ;
+  PyObject *swig_obj[2] ;
+  lumen_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_engine_commit_batch", 2, 2, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_engine *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  {
+    PyObject *sessions, *accepted, *fast;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(swig_obj[1], "OO;expected the pair (sessions, num_accepted)", &sessions,
+        &accepted))
+    SWIG_fail;
+    addresses2 = binding_addresses(sessions, &size2);
+    if (!addresses2) SWIG_fail;
+    if (size2 > INT32_MAX) {
+      PyErr_SetString(PyExc_ValueError, "too many sessions");
+      SWIG_fail;
+    }
+    fast = PySequence_Fast(accepted, "num_accepted must be a sequence of ints");
+    if (!fast) SWIG_fail;
+    if (PySequence_Fast_GET_SIZE(fast) != size2) {
+      PyErr_Format(PyExc_ValueError, "num_accepted must have len(sessions) = %zd entries", size2);
+      Py_DECREF(fast);
+      SWIG_fail;
+    }
+    counts2 = (int32_t*)malloc((size_t)(size2 ? size2 : 1) * sizeof(int32_t));
+    if (!counts2) {
+      Py_DECREF(fast);
+      PyErr_NoMemory();
+      SWIG_fail;
+    }
+    for (i = 0; i < size2; ++i) {
+      long value = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+      if ((value == -1 && PyErr_Occurred()) || value < INT32_MIN || value > INT32_MAX) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "num_accepted entry");
+        Py_DECREF(fast);
+        SWIG_fail;
+      }
+      counts2[i] = (int32_t)value;
+    }
+    Py_DECREF(fast);
+    arg2 = (lumen_session **)addresses2;
+    arg3 = (int32_t)size2;
+    arg4 = counts2;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_engine_commit_batch(arg1,(struct lumen_session *const *)arg2,arg3,(int const *)arg4);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    free(addresses2);
+    free(counts2);
+  }
+  return resultobj;
+fail:
+  {
+    free(addresses2);
+    free(counts2);
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_session_set_rewind_depth(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  lumen_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_session_set_rewind_depth", 2, 2, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_session_set_rewind_depth" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_set_rewind_depth(arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_session_rewind_available(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t temp2 ;
+  PyObject *swig_obj[1] ;
+  lumen_status result;
+  
+  {
+    memset(&temp2, 0, sizeof temp2);
+    arg2 = &temp2;
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_rewind_available((struct lumen_session const *)arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)temp2));
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_session_rewind(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  lumen_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_session_rewind", 2, 2, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_session_rewind" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_rewind(arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_lumen_snapshot_options_state_dtype_set(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct lumen_snapshot_options *arg1 = (struct lumen_snapshot_options *) 0 ;
@@ -10501,6 +10972,65 @@ static PyMethodDef SwigMethods[] = {
 		"(cu_seqlens has n + 1 entries, starts at 0, never decreases; host memory). A session may\n"
 		"get 0 tokens. Same errors and guarantees as lumen_engine_step_batch.\n"
 		""},
+	 { "lumen_session_step_tentative", _wrap_lumen_session_step_tentative, METH_VARARGS, "\n"
+		"Runs num_tokens tokens (1 to LUMEN_MAX_TENTATIVE_TOKENS) of layer `layer` of one session\n"
+		"tentatively: writes every token's output, [num_tokens, HV, V], leaves the session's state\n"
+		"and token counts unchanged, and keeps a copy of the inputs (the caller's buffers may be\n"
+		"reused at once) for lumen_session_commit. Inputs are shaped as for lumen_session_prefill.\n"
+		"Returns the errors of lumen_session_step; LUMEN_ERROR_INVALID_ARGUMENT for num_tokens\n"
+		"outside [1, LUMEN_MAX_TENTATIVE_TOKENS] or other than the session's other layers' tentative\n"
+		"count; LUMEN_ERROR_UNCOMMITTED_TOKENS when the layer already ran tentative tokens that\n"
+		"are not committed yet; LUMEN_ERROR_UNSUPPORTED on GPU engines and for a layer with a\n"
+		"bfloat16 state and a short convolution. The session is unchanged on any error. Since 0.4.\n"
+		""},
+	 { "lumen_engine_step_tentative_batch", _wrap_lumen_engine_step_tentative_batch, METH_VARARGS, "\n"
+		"lumen_session_step_tentative for n distinct sessions in one call, each with its own number\n"
+		"of tokens: session i runs tokens cu_seqlens[i] .. cu_seqlens[i+1] of the concatenated\n"
+		"inputs (cu_seqlens has n + 1 entries, starts at 0; host memory), 1 to\n"
+		"LUMEN_MAX_TENTATIVE_TOKENS each. n = 0 is a no-op. Same errors as\n"
+		"lumen_session_step_tentative and lumen_engine_step_batch; no session changes on any error.\n"
+		"Since 0.4.\n"
+		""},
+	 { "lumen_session_tentative_tokens", _wrap_lumen_session_tentative_tokens, METH_O, "\n"
+		"Writes the session's tentative token count to *out: the n of its tentative calls since the\n"
+		"last commit, 0 when it holds none. Since 0.4.\n"
+		""},
+	 { "lumen_session_commit", _wrap_lumen_session_commit, METH_VARARGS, "\n"
+		"Accepts the first num_accepted (0 <= num_accepted <= n) of the session's n tentative\n"
+		"tokens: every layer that ran them consumes those tokens as steps would, and the rest are\n"
+		"dropped. num_accepted = 0 rejects them all and leaves the session as it was. Afterwards the\n"
+		"session holds no tentative tokens. Returns LUMEN_ERROR_INVALID_ARGUMENT when the session\n"
+		"holds no tentative tokens (e.g. a second commit) or num_accepted is outside [0, n], changing\n"
+		"nothing. Should the replay run out of memory (LUMEN_ERROR_OUT_OF_MEMORY), the layers\n"
+		"replayed before it keep their tokens and the others keep theirs tentative: commit again\n"
+		"with the same num_accepted to finish. Since 0.4.\n"
+		""},
+	 { "lumen_engine_commit_batch", _wrap_lumen_engine_commit_batch, METH_VARARGS, "\n"
+		"lumen_session_commit for n distinct sessions of this engine in one call, session i\n"
+		"accepting num_accepted[i] of its tentative tokens (host memory, n entries); each layer's\n"
+		"replay runs as one call over the sessions. n = 0 is a no-op. Same errors as\n"
+		"lumen_session_commit and lumen_engine_step_batch; on an argument error no session changes.\n"
+		"Since 0.4.\n"
+		""},
+	 { "lumen_session_set_rewind_depth", _wrap_lumen_session_set_rewind_depth, METH_VARARGS, "\n"
+		"Makes the session keep what it needs to go back up to `depth` tokens (0 to\n"
+		"LUMEN_MAX_REWIND_TOKENS; 0, the default, keeps nothing), and forgets what it kept before.\n"
+		"Returns LUMEN_ERROR_INVALID_ARGUMENT for a depth outside that range,\n"
+		"LUMEN_ERROR_UNSUPPORTED on engines other than the CPU's, and\n"
+		"LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens. Since 0.4.\n"
+		""},
+	 { "lumen_session_rewind_available", _wrap_lumen_session_rewind_available, METH_O, "\n"
+		"Writes to *out how many tokens the session can go back now: the fewest steps any layer has\n"
+		"kept since its history started, at most the depth (0 without a depth). Since 0.4.\n"
+		""},
+	 { "lumen_session_rewind", _wrap_lumen_session_rewind, METH_VARARGS, "\n"
+		"Takes every layer of the session back num_tokens tokens (0 to\n"
+		"lumen_session_rewind_available): state, conv windows and token counts become bitwise what\n"
+		"they were then, and the tokens gone back over are forgotten. Returns\n"
+		"LUMEN_ERROR_INVALID_ARGUMENT for a session without a depth or num_tokens outside that\n"
+		"range, and LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens,\n"
+		"changing nothing. Since 0.4.\n"
+		""},
 	 { "lumen_snapshot_options_state_dtype_set", _wrap_lumen_snapshot_options_state_dtype_set, METH_VARARGS, "\n"
 		"lumen_dtype of the stored state: FLOAT32 (default, exact) or BFLOAT16 (half the size,\n"
 		"rounded to nearest even: relative error at most 2^-8 per element).\n"
@@ -11327,6 +11857,7 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "LUMEN_ERROR_VERSION_CONFLICT",SWIG_From_int((int)(LUMEN_ERROR_VERSION_CONFLICT)));
   SWIG_Python_SetConstant(d, "LUMEN_ERROR_UNAVAILABLE",SWIG_From_int((int)(LUMEN_ERROR_UNAVAILABLE)));
   SWIG_Python_SetConstant(d, "LUMEN_ERROR_TIMEOUT",SWIG_From_int((int)(LUMEN_ERROR_TIMEOUT)));
+  SWIG_Python_SetConstant(d, "LUMEN_ERROR_UNCOMMITTED_TOKENS",SWIG_From_int((int)(LUMEN_ERROR_UNCOMMITTED_TOKENS)));
   SWIG_Python_SetConstant(d, "LUMEN_FAMILY_LINEAR_ATTN",SWIG_From_int((int)(LUMEN_FAMILY_LINEAR_ATTN)));
   SWIG_Python_SetConstant(d, "LUMEN_FAMILY_RETENTION",SWIG_From_int((int)(LUMEN_FAMILY_RETENTION)));
   SWIG_Python_SetConstant(d, "LUMEN_FAMILY_SSD",SWIG_From_int((int)(LUMEN_FAMILY_SSD)));
@@ -11363,6 +11894,8 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "LUMEN_STATE_CONV_V",SWIG_From_int((int)(LUMEN_STATE_CONV_V)));
   SWIG_Python_SetConstant(d, "LUMEN_CONV_ACTIVATION_SILU",SWIG_From_int((int)(LUMEN_CONV_ACTIVATION_SILU)));
   SWIG_Python_SetConstant(d, "LUMEN_CONV_ACTIVATION_NONE",SWIG_From_int((int)(LUMEN_CONV_ACTIVATION_NONE)));
+  SWIG_Python_SetConstant(d, "LUMEN_MAX_TENTATIVE_TOKENS",SWIG_From_int((int)(16)));
+  SWIG_Python_SetConstant(d, "LUMEN_MAX_REWIND_TOKENS",SWIG_From_int((int)(64)));
   
   /* Initialize threading */
   SWIG_PYTHON_INITIALIZE_THREADS;

@@ -17,7 +17,8 @@ public class Capi implements CapiConstants {
 
   
   /**
-   * Runs one layer call (0 step, 1 prefill, 2 step_batch, 3 prefill_varlen) with Java arrays
+   * Runs one layer call (0 step, 1 prefill, 2 step_batch, 3 prefill_varlen, 4 step_tentative,
+   * 5 step_tentative_batch) with Java arrays
    * pinned for its duration: arrays holds q, k, v, g, beta, o, each null (the field is
    * already set, or absent) or a float[] / short[] whose element count the caller has set in
    * the matching *_count field. The pinned fields are cleared again afterwards.
@@ -508,6 +509,113 @@ public class Capi implements CapiConstants {
    */
   public static int lumen_engine_prefill_varlen(long engine, int layer, long[] sessions, int[] cu_seqlens, LayerInputs inputs, LayerOutput output) {
     int status = CapiJNI.lumen_engine_prefill_varlen(engine, layer, sessions, cu_seqlens, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Runs num_tokens tokens (1 to LUMEN_MAX_TENTATIVE_TOKENS) of layer `layer` of one session<br>
+   * tentatively: writes every token's output, [num_tokens, HV, V], leaves the session's state<br>
+   * and token counts unchanged, and keeps a copy of the inputs (the caller's buffers may be<br>
+   * reused at once) for lumen_session_commit. Inputs are shaped as for lumen_session_prefill.<br>
+   * Returns the errors of lumen_session_step; LUMEN_ERROR_INVALID_ARGUMENT for num_tokens<br>
+   * outside [1, LUMEN_MAX_TENTATIVE_TOKENS] or other than the session's other layers' tentative<br>
+   * count; LUMEN_ERROR_UNCOMMITTED_TOKENS when the layer already ran tentative tokens that<br>
+   * are not committed yet; LUMEN_ERROR_UNSUPPORTED on GPU engines and for a layer with a<br>
+   * bfloat16 state and a short convolution. The session is unchanged on any error. Since 0.4.
+   */
+  public static int lumen_session_step_tentative(long session, int layer, int num_tokens, LayerInputs inputs, LayerOutput output) {
+    int status = CapiJNI.lumen_session_step_tentative(session, layer, num_tokens, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * lumen_session_step_tentative for n distinct sessions in one call, each with its own number<br>
+   * of tokens: session i runs tokens cu_seqlens[i] .. cu_seqlens[i+1] of the concatenated<br>
+   * inputs (cu_seqlens has n + 1 entries, starts at 0; host memory), 1 to<br>
+   * LUMEN_MAX_TENTATIVE_TOKENS each. n = 0 is a no-op. Same errors as<br>
+   * lumen_session_step_tentative and lumen_engine_step_batch; no session changes on any error.<br>
+   * Since 0.4.
+   */
+  public static int lumen_engine_step_tentative_batch(long engine, int layer, long[] sessions, int[] cu_seqlens, LayerInputs inputs, LayerOutput output) {
+    int status = CapiJNI.lumen_engine_step_tentative_batch(engine, layer, sessions, cu_seqlens, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Writes the session's tentative token count to *out: the n of its tentative calls since the<br>
+   * last commit, 0 when it holds none. Since 0.4.
+   */
+  public static int lumen_session_tentative_tokens(long session, int[] out) {
+    int status = CapiJNI.lumen_session_tentative_tokens(session, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Accepts the first num_accepted (0 &lt;= num_accepted &lt;= n) of the session's n tentative<br>
+   * tokens: every layer that ran them consumes those tokens as steps would, and the rest are<br>
+   * dropped. num_accepted = 0 rejects them all and leaves the session as it was. Afterwards the<br>
+   * session holds no tentative tokens. Returns LUMEN_ERROR_INVALID_ARGUMENT when the session<br>
+   * holds no tentative tokens (e.g. a second commit) or num_accepted is outside [0, n], changing<br>
+   * nothing. Should the replay run out of memory (LUMEN_ERROR_OUT_OF_MEMORY), the layers<br>
+   * replayed before it keep their tokens and the others keep theirs tentative: commit again<br>
+   * with the same num_accepted to finish. Since 0.4.
+   */
+  public static int lumen_session_commit(long session, int num_accepted) {
+    int status = CapiJNI.lumen_session_commit(session, num_accepted);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * lumen_session_commit for n distinct sessions of this engine in one call, session i<br>
+   * accepting num_accepted[i] of its tentative tokens (host memory, n entries); each layer's<br>
+   * replay runs as one call over the sessions. n = 0 is a no-op. Same errors as<br>
+   * lumen_session_commit and lumen_engine_step_batch; on an argument error no session changes.<br>
+   * Since 0.4.
+   */
+  public static int lumen_engine_commit_batch(long engine, long[] sessions, int[] num_accepted) {
+    int status = CapiJNI.lumen_engine_commit_batch(engine, sessions, num_accepted);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Makes the session keep what it needs to go back up to `depth` tokens (0 to<br>
+   * LUMEN_MAX_REWIND_TOKENS; 0, the default, keeps nothing), and forgets what it kept before.<br>
+   * Returns LUMEN_ERROR_INVALID_ARGUMENT for a depth outside that range,<br>
+   * LUMEN_ERROR_UNSUPPORTED on engines other than the CPU's, and<br>
+   * LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens. Since 0.4.
+   */
+  public static int lumen_session_set_rewind_depth(long session, int depth) {
+    int status = CapiJNI.lumen_session_set_rewind_depth(session, depth);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Writes to *out how many tokens the session can go back now: the fewest steps any layer has<br>
+   * kept since its history started, at most the depth (0 without a depth). Since 0.4.
+   */
+  public static int lumen_session_rewind_available(long session, int[] out) {
+    int status = CapiJNI.lumen_session_rewind_available(session, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * Takes every layer of the session back num_tokens tokens (0 to<br>
+   * lumen_session_rewind_available): state, conv windows and token counts become bitwise what<br>
+   * they were then, and the tokens gone back over are forgotten. Returns<br>
+   * LUMEN_ERROR_INVALID_ARGUMENT for a session without a depth or num_tokens outside that<br>
+   * range, and LUMEN_ERROR_UNCOMMITTED_TOKENS while the session holds tentative tokens,<br>
+   * changing nothing. Since 0.4.
+   */
+  public static int lumen_session_rewind(long session, int num_tokens) {
+    int status = CapiJNI.lumen_session_rewind(session, num_tokens);
     org.lumen.LumenException.check(status);
     return status;
   }

@@ -16,4 +16,12 @@ public interface CapiConstants {
    *  MAJOR * 10000 + MINOR * 100 + PATCH of this header. Since 0.2. 
    */
   public final static int LUMEN_VERSION_NUMBER = (0*10000+3*100+0);
+  /**
+   *  The most tokens a tentative call runs per session. Since 0.4. 
+   */
+  public final static int LUMEN_MAX_TENTATIVE_TOKENS = 16;
+  /**
+   *  The deepest rewind a session keeps. Since 0.4. 
+   */
+  public final static int LUMEN_MAX_REWIND_TOKENS = 64;
 }

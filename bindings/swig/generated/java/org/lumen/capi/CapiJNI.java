@@ -175,6 +175,14 @@ public class CapiJNI {
   public final static native int lumen_session_prefill(long jarg1, int jarg2, int jarg3, long jarg4, LayerInputs jarg4_, long jarg5, LayerOutput jarg5_);
   public final static native int lumen_engine_step_batch(long jarg1, int jarg2, long[] jarg3, long jarg5, LayerInputs jarg5_, long jarg6, LayerOutput jarg6_);
   public final static native int lumen_engine_prefill_varlen(long jarg1, int jarg2, long[] jarg3, int[] jarg5, long jarg6, LayerInputs jarg6_, long jarg7, LayerOutput jarg7_);
+  public final static native int lumen_session_step_tentative(long jarg1, int jarg2, int jarg3, long jarg4, LayerInputs jarg4_, long jarg5, LayerOutput jarg5_);
+  public final static native int lumen_engine_step_tentative_batch(long jarg1, int jarg2, long[] jarg3, int[] jarg5, long jarg6, LayerInputs jarg6_, long jarg7, LayerOutput jarg7_);
+  public final static native int lumen_session_tentative_tokens(long jarg1, int[] jarg2);
+  public final static native int lumen_session_commit(long jarg1, int jarg2);
+  public final static native int lumen_engine_commit_batch(long jarg1, long[] jarg2, int[] jarg4);
+  public final static native int lumen_session_set_rewind_depth(long jarg1, int jarg2);
+  public final static native int lumen_session_rewind_available(long jarg1, int[] jarg2);
+  public final static native int lumen_session_rewind(long jarg1, int jarg2);
   public final static native void SnapshotOptions_stateDtype_set(long jarg1, SnapshotOptions jarg1_, int jarg2);
   public final static native int SnapshotOptions_stateDtype_get(long jarg1, SnapshotOptions jarg1_);
   public final static native long new_SnapshotOptions();

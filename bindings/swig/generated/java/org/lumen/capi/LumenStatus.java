@@ -73,5 +73,10 @@ public final class LumenStatus {
    *  A store's server did not answer within the store's timeout. 
    */
   public final static int TIMEOUT = 15;
+  /**
+   *  The session holds tentative tokens (see "Tentative tokens"): commit them first. Since<br>
+   *  0.4. 
+   */
+  public final static int UNCOMMITTED_TOKENS = 16;
 }
 
