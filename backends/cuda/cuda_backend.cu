@@ -28,7 +28,8 @@ bool CudaDevicePresent(int32_t device) {
   return properties.major >= 8;  // the kernels are built for sm_80 and sm_90
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int32_t device) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int32_t device,
+                                                           bool check_device_buffers) {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
@@ -46,15 +47,17 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int32_t device) {
                                    " is older than compute capability 8.0, which lumen's "
                                    "kernels need"));
   }
-  auto backend = std::make_unique<CudaBackend>(device);
+  auto backend = std::make_unique<CudaBackend>(device, check_device_buffers);
   if (absl::Status status = backend->Initialize(); !status.ok()) return status;
   return std::unique_ptr<Backend>(std::move(backend));
 }
 #endif
 
-CudaBackend::CudaBackend(int32_t device) : device_(device), pool_(device) {}
+CudaBackend::CudaBackend(int32_t device, bool check_device_buffers)
+    : device_(device), check_device_buffers_(check_device_buffers), pool_(device) {}
 
 absl::Status CudaBackend::Initialize() {
+  if (absl::Status lost = CheckContextNotLost(device_); !lost.ok()) return lost;
   LUMEN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "selecting the device");
   RelaxedCaptureMode relaxed;  // another thread may be capturing a graph meanwhile
   int major = 0;
@@ -70,6 +73,9 @@ absl::Status CudaBackend::Initialize() {
       cudaDeviceGetAttribute(&shared_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device_),
       "reading the device's shared memory per multiprocessor");
   shared_bytes_per_multiprocessor_ = shared_bytes;
+  if (check_device_buffers_) {
+    if (absl::Status status = buffer_check_.Initialize(device_); !status.ok()) return status;
+  }
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&scratch_free_, cudaEventDisableTiming),
                              "creating an event");
   LUMEN_CUDA_RETURN_IF_ERROR(cudaMalloc(&input_error_, sizeof(InputErrorRecord)),
@@ -114,6 +120,7 @@ CudaBackend::~CudaBackend() {
 }
 
 absl::Status CudaBackend::UseDevice() {
+  if (absl::Status lost = CheckContextNotLost(device_); !lost.ok()) return lost;
   LUMEN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "selecting the device");
   return absl::OkStatus();
 }

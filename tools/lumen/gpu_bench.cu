@@ -6,6 +6,8 @@
 // step, so the effective bandwidth is 2 * N * HV * K * V * (4 or 2) bytes / t, set beside a
 // device-to-device copy (bytes read + written) of a buffer far larger than L2.
 // Prefill: lumen_engine_prefill_varlen over B sequences of T tokens, device buffers.
+// The device buffer check: one session's step (N = 1) called directly, the call's own time on
+// an engine that checks its device buffers beside one that does not, in the same run.
 
 #include "tools/lumen/gpu_bench.h"
 
@@ -143,7 +145,8 @@ struct Bench {
   lumen_engine* engine = nullptr;
   int32_t family = 0;
 
-  Bench(int32_t f, int32_t state_dtype) : family(f) {
+  // `check_buffers` false: lumen_engine_options.skip_device_buffer_check.
+  Bench(int32_t f, int32_t state_dtype, bool check_buffers = true) : family(f) {
     lumen_model_builder* builder = nullptr;
     Check(lumen_model_builder_create(&builder), "lumen_model_builder_create");
     lumen_layer_options options;
@@ -174,6 +177,7 @@ struct Bench {
     lumen_engine_options engine_options;
     lumen_engine_options_init(&engine_options);
     engine_options.backend = LUMEN_BACKEND_CUDA;
+    engine_options.skip_device_buffer_check = check_buffers ? 0 : 1;
     Check(lumen_engine_create(model, &engine_options, &engine), "lumen_engine_create");
   }
   ~Bench() {
@@ -539,6 +543,56 @@ void HostStepTable(cudaStream_t stream, bool quick) {
   lumen_model_destroy(model);
 }
 
+// What the device buffer check costs a decode step: one session's step (N = 1, the decode
+// tables' gated_delta_net layer, bf16 inputs and output in six device allocations, so six
+// questions to the driver per call) on an engine with the check and on one without, called
+// alternately; wall-clock medians of the call alone (the stream is synchronized after each
+// call, outside the timing). A graph replay runs no check: it was checked once, at capture.
+void BufferCheckTable(cudaStream_t stream, bool quick) {
+  const int32_t family = LUMEN_FAMILY_GATED_DELTA_NET;
+  const Bench checked(family, LUMEN_DTYPE_FLOAT32, /*check_buffers=*/true);
+  const Bench unchecked(family, LUMEN_DTYPE_FLOAT32, /*check_buffers=*/false);
+  std::mt19937 rng(13);
+  const Inputs inputs(family, 1, rng);
+  const lumen_layer_inputs in = inputs.Layer(stream);
+  lumen_layer_output out = inputs.Output();
+  lumen_session* with_check = nullptr;
+  lumen_session* without_check = nullptr;
+  Check(lumen_session_create(checked.engine, &with_check), "lumen_session_create");
+  Check(lumen_session_create(unchecked.engine, &without_check), "lumen_session_create");
+  auto call_us = [&](lumen_session* session) {
+    const auto start = std::chrono::steady_clock::now();
+    Check(lumen_session_step(session, 0, &in, &out), "lumen_session_step");
+    const auto end = std::chrono::steady_clock::now();
+    CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return std::chrono::duration<double, std::micro>(end - start).count();
+  };
+  const int warmup = 50, reps = quick ? 1000 : 20000;
+  for (int i = 0; i < warmup; ++i) {
+    call_us(with_check);
+    call_us(without_check);
+  }
+  std::vector<double> with_us(reps), without_us(reps);
+  for (int i = 0; i < reps; ++i) {
+    with_us[i] = call_us(with_check);
+    without_us[i] = call_us(without_check);
+  }
+  auto median = [reps](std::vector<double>& us) {
+    std::nth_element(us.begin(), us.begin() + reps / 2, us.end());
+    return us[reps / 2];
+  };
+  const double with = median(with_us), without = median(without_us);
+  std::printf("the device buffer check: one session's decode step (N = 1, gated_delta_net, six "
+              "device buffers; median us of the call alone, wall clock, %d calls each):\n",
+              reps);
+  std::printf("  device buffers checked (default)             %8.3f\n", with);
+  std::printf("  unchecked (skip_device_buffer_check = 1)     %8.3f\n", without);
+  std::printf("  the check's cost                             %+8.3f\n\n", with - without);
+  std::fflush(stdout);
+  lumen_session_destroy(with_check);
+  lumen_session_destroy(without_check);
+}
+
 }  // namespace
 
 int RunGpuBench(int argc, char** argv) {
@@ -562,6 +616,7 @@ int RunGpuBench(int argc, char** argv) {
     // After the decode tables, whose kernels profile_decode.sh takes as the first ones.
     std::printf("\n");
     HostStepTable(stream, quick);
+    BufferCheckTable(stream, quick);
     cudaStreamDestroy(stream);
     return 0;
   }
@@ -590,6 +645,7 @@ int RunGpuBench(int argc, char** argv) {
   DecodeTable(options, LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
   std::printf("\n");
   HostStepTable(stream, quick);
+  BufferCheckTable(stream, quick);
   std::printf("prefill: lumen_engine_prefill_varlen from zero states (ms)\n");
   std::printf("%-16s | B=4 x T=8192 | B=1 x T=65536\n", "family");
   for (const int32_t family : kFamilies) {
