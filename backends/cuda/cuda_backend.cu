@@ -41,6 +41,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int32_t device,
     return LumenError(LUMEN_ERROR_UNSUPPORTED,
                       absl::StrCat("no CUDA device ", device, ": this machine has ", count));
   }
+  // A lost context would make the device look absent below: say what happened instead.
+  if (absl::Status lost = CheckContextNotLost(device); !lost.ok()) return lost;
   if (!CudaDevicePresent(device)) {
     return LumenError(LUMEN_ERROR_UNSUPPORTED,
                       absl::StrCat("CUDA device ", device,

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -313,6 +314,51 @@ TEST_CASE("device buffer check: memory and streams of another GPU are refused", 
   REQUIRE_CUDA(cudaFree(other_q));
   REQUIRE_CUDA(cudaSetDevice(0));
   call.ExpectComputesAfterwards(rng);
+}
+
+TEST_CASE("device buffer check: managed and page-locked host memory pass and compute alike",
+          "[.cuda]") {
+  std::mt19937 rng(TestSeed());
+  const RefLayer layer = CheckedLayer(rng);
+  std::string error;
+  ModelPtr model = BuildModel({layer}, &error);
+  INFO(error);
+  REQUIRE(model);
+  EnginePtr engine = MakeEngineOn(model.get(), LUMEN_BACKEND_CUDA);
+  SessionPtr in_device(MakeSession(engine.get(), &error));
+  SessionPtr elsewhere(MakeSession(engine.get(), &error));
+  REQUIRE(in_device);
+  REQUIRE(elsewhere);
+  const Stream stream;
+  const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, 1, rng), LUMEN_DTYPE_FLOAT32);
+  const DeviceTokens device(tokens);
+  // q and v in managed memory, k and g in page-locked host memory, beta in device memory.
+  void *managed_q = nullptr, *managed_v = nullptr, *pinned_k = nullptr, *pinned_g = nullptr;
+  REQUIRE_CUDA(cudaMallocManaged(&managed_q, tokens.q.size()));
+  REQUIRE_CUDA(cudaMallocManaged(&managed_v, tokens.v.size()));
+  REQUIRE_CUDA(cudaMallocHost(&pinned_k, tokens.k.size()));
+  REQUIRE_CUDA(cudaMallocHost(&pinned_g, tokens.g.size()));
+  std::memcpy(managed_q, tokens.q.data(), tokens.q.size());
+  std::memcpy(managed_v, tokens.v.data(), tokens.v.size());
+  std::memcpy(pinned_k, tokens.k.data(), tokens.k.size());
+  std::memcpy(pinned_g, tokens.g.data(), tokens.g.size());
+  DeviceBuffer o_device(layer.VPerToken() * 4), o_elsewhere(layer.VPerToken() * 4);
+  lumen_layer_inputs in = device.Inputs(layer, 1, stream.get());
+  lumen_layer_output out = DeviceOutput(o_device, layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
+  REQUIRE_OK(lumen_session_step(in_device.get(), 0, &in, &out));
+  in.q = managed_q;
+  in.v = managed_v;
+  in.k = pinned_k;
+  in.g = pinned_g;
+  out = DeviceOutput(o_elsewhere, layer.VPerToken(), LUMEN_DTYPE_FLOAT32);
+  REQUIRE_OK(lumen_session_step(elsewhere.get(), 0, &in, &out));
+  REQUIRE_CUDA(cudaStreamSynchronize(stream.get()));
+  CHECK(o_device.Read() == o_elsewhere.Read());
+  CHECK(AllState(in_device.get(), layer) == AllState(elsewhere.get(), layer));
+  REQUIRE_CUDA(cudaFree(managed_q));
+  REQUIRE_CUDA(cudaFree(managed_v));
+  REQUIRE_CUDA(cudaFreeHost(pinned_k));
+  REQUIRE_CUDA(cudaFreeHost(pinned_g));
 }
 
 TEST_CASE("device buffer check: an engine with the check off computes alike", "[.cuda]") {
