@@ -221,8 +221,8 @@ std::string KindName(const PointerFacts& facts) {
 
 // lumen_layer_inputs.q, ..., lumen_layer_output.o: where the caller set the buffer.
 std::string FieldName(const CallBuffer& buffer) {
-  return absl::StrCat(std::string(buffer.name) == "o" ? "lumen_layer_output." : "lumen_layer_inputs.",
-                      buffer.name);
+  const bool output = std::string(buffer.name) == "o";
+  return absl::StrCat(output ? "lumen_layer_output." : "lumen_layer_inputs.", buffer.name);
 }
 
 }  // namespace

@@ -86,20 +86,21 @@
  *     checked against the driver's record of it: it must be device memory of the engine's GPU
  *     (or of another GPU that the engine's may access, with peer access enabled), managed
  *     memory, or page-locked host memory mapped for the GPU at the same address (host
- *     memory the driver does not know is accepted only where the GPU reads pageable memory,
- *     cudaDevAttrPageableMemoryAccess), and [pointer, pointer + count elements) must lie
- *     inside one allocation. A buffer that is not, such as malloc'd host memory, a pointer
- *     already passed to cudaFree, or an allocation smaller than its count, fails the call
- *     with LUMEN_ERROR_INVALID_ARGUMENT naming the buffer, the kind of memory, and the
- *     allocation's size beside the bytes the count needs; nothing is enqueued and no session
- *     changes. The driver's record is asked once per allocation; the allocations that passed
- *     are remembered with the driver's buffer id, so a later call over them asks only for
- *     that id (an allocation freed and made again at the same address has a new id and is
- *     checked anew). The check asks no stream for anything, so it also runs while the stream
- *     is captured, once, at capture; replays are not checked. A sub-allocation of a pooling
- *     allocator (PyTorch's, a memory pool) is checked against the pool's block around it,
- *     which the driver sees as one allocation: keep such buffers within their own bounds.
- *     lumen_engine_options.skip_device_buffer_check turns the check off.
+ *     memory the driver does not know is accepted, with nothing to check it against, only
+ *     where the GPU reads pageable memory, cudaDevAttrPageableMemoryAccess), and
+ *     [pointer, pointer + count elements) must lie inside one allocation. A buffer that is
+ *     not, such as malloc'd host memory, a pointer already passed to cudaFree, or an
+ *     allocation smaller than its count, fails the call with LUMEN_ERROR_INVALID_ARGUMENT
+ *     naming the buffer, the kind of memory, and the allocation's size beside the bytes the
+ *     count needs; nothing is enqueued and no session changes. The driver's record is asked
+ *     once per allocation; the allocations that passed are remembered with the driver's
+ *     buffer id, so a later call over them asks only for that id (an allocation freed and
+ *     made again at the same address has a new id and is checked anew). The check asks no
+ *     stream for anything, so it also runs while the stream is captured, once, at capture;
+ *     replays are not checked. A tensor of a caching allocator (PyTorch's) is checked
+ *     against the allocator's block around it, which is all the driver sees: keep such
+ *     buffers within their own bounds. lumen_engine_options.skip_device_buffer_check turns
+ *     the check off.
  *   - Streams. A stream handle cannot be checked safely: the runtime reads through it, and
  *     a value that is no stream (a freed or made-up handle) can crash the process. As with
  *     CUDA's own libraries, the caller guarantees that lumen_layer_inputs.stream is NULL or a
