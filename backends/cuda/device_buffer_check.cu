@@ -26,6 +26,10 @@ struct PointerFacts {
   int device = -1;           // where device memory lives
   uintptr_t base = 0;        // the allocation around the pointer
   uint64_t size = 0;         // 0: the driver gave no range
+  // A range reserved for virtual memory management, in which the allocation is one mapped
+  // piece; size 0 where there is none (cudaMalloc's own memory, HIP).
+  uintptr_t reserved_base = 0;
+  uint64_t reserved_size = 0;
   bool has_buffer_id = false;
   unsigned long long buffer_id = 0;
   uintptr_t device_pointer = 0;  // where the engine's device sees host memory; 0: nowhere
@@ -87,16 +91,19 @@ absl::Status DescribePointer(const void* pointer, PointerFacts* facts) {
   int device = -1;
   // A bool by the documentation; zeroed and read whole, it is right for any width up to 4.
   unsigned int is_managed = 0;
+  unsigned int legacy = 0;  // cudaMalloc's own memory (legacy IPC capable), as is_managed
   unsigned long long buffer_id = 0;
   CUdeviceptr range_start = 0, device_pointer = 0;
   size_t range_size = 0;
   CUpointer_attribute attributes[] = {
       CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
       CU_POINTER_ATTRIBUTE_IS_MANAGED,       CU_POINTER_ATTRIBUTE_BUFFER_ID,
-      CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
-  void* data[] = {&memory_type, &device, &is_managed, &buffer_id, &range_start, &range_size};
+      CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+      CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE};
+  void* data[] = {&memory_type, &device,     &is_managed, &buffer_id,
+                  &range_start, &range_size, &legacy};
   // Memory the driver does not know gets zeros and CUDA_SUCCESS, not an error.
-  if (CUresult result = driver.get_attributes(6, attributes, data, address);
+  if (CUresult result = driver.get_attributes(7, attributes, data, address);
       result != CUDA_SUCCESS) {
     return DriverError(result, "asking the driver about a buffer");
   }
@@ -116,6 +123,12 @@ absl::Status DescribePointer(const void* pointer, PointerFacts* facts) {
       mapped_size > 0) {
     facts->base = static_cast<uintptr_t>(mapped_base);
     facts->size = mapped_size;
+    // A reserved range larger than the piece: other pieces may be mapped beside it. Never
+    // for cudaMalloc's memory, whose neighbours are other allocations.
+    if (legacy == 0 && range_size > mapped_size) {
+      facts->reserved_base = static_cast<uintptr_t>(range_start);
+      facts->reserved_size = range_size;
+    }
   } else {
     facts->base = static_cast<uintptr_t>(range_start);
     facts->size = range_size;
@@ -132,6 +145,19 @@ absl::Status DescribePointer(const void* pointer, PointerFacts* facts) {
           CUDA_SUCCESS &&
       access == CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
   return absl::OkStatus();
+}
+
+// The mapped allocation around `at`: false where none is.
+bool MappedPiece(uintptr_t at, uintptr_t* base, uint64_t* size) {
+  CUdeviceptr piece_base = 0;
+  size_t piece_size = 0;
+  if (Driver().get_address_range(&piece_base, &piece_size, static_cast<CUdeviceptr>(at)) !=
+      CUDA_SUCCESS) {
+    return false;
+  }
+  *base = static_cast<uintptr_t>(piece_base);
+  *size = piece_size;
+  return piece_size > 0;
 }
 
 bool SameBuffer(const void* pointer, unsigned long long buffer_id) {
@@ -189,6 +215,19 @@ absl::Status DescribePointer(const void* pointer, PointerFacts* facts) {
   return absl::OkStatus();
 }
 
+bool MappedPiece(uintptr_t at, uintptr_t* base, uint64_t* size) {
+  void* piece_base = nullptr;
+  size_t piece_size = 0;
+  if (hipMemGetAddressRange(&piece_base, &piece_size, reinterpret_cast<void*>(at)) !=
+      hipSuccess) {
+    hipGetLastError();
+    return false;
+  }
+  *base = reinterpret_cast<uintptr_t>(piece_base);
+  *size = piece_size;
+  return piece_size > 0;
+}
+
 bool SameBuffer(const void* pointer, unsigned long long buffer_id) {
   unsigned long long now = 0;
   if (hipPointerGetAttribute(&now, HIP_POINTER_ATTRIBUTE_BUFFER_ID,
@@ -202,6 +241,22 @@ bool SameBuffer(const void* pointer, unsigned long long buffer_id) {
 absl::Status FindPointerQueries() { return absl::OkStatus(); }
 
 #endif
+
+// Whether [begin, begin + bytes) is mapped throughout by allocations that follow one another
+// without a gap, as virtual memory management maps pieces into one reserved range (PyTorch's
+// expandable segments): the driver reports each piece as an allocation of its own.
+bool MappedThroughout(uintptr_t begin, uint64_t bytes) {
+  constexpr int kMostPieces = 4096;
+  const uintptr_t end = begin + bytes;
+  uintptr_t at = begin;
+  for (int piece = 0; piece < kMostPieces && at < end; ++piece) {
+    uintptr_t base = 0;
+    uint64_t size = 0;
+    if (!MappedPiece(at, &base, &size)) return false;
+    at = base + size;
+  }
+  return at >= end;
+}
 
 std::string KindName(const PointerFacts& facts) {
   switch (facts.kind) {
@@ -310,6 +365,14 @@ absl::Status DeviceBufferCheck::CheckUnknown(const CallBuffer& buffer) {
   if (facts.size == 0) return absl::OkStatus();  // the driver gave no range: nothing to hold
   const bool inside = begin >= facts.base && begin - facts.base <= facts.size &&
                       needed <= facts.size - (begin - facts.base);
+  const bool in_reserved_range = facts.reserved_size > 0 && begin >= facts.reserved_base &&
+                                 begin - facts.reserved_base <= facts.reserved_size &&
+                                 needed <= facts.reserved_size - (begin - facts.reserved_base);
+  if (!inside && in_reserved_range && MappedThroughout(begin, needed)) {
+    // Spans mapped pieces of one reserved range: valid, but a later call would have to ask
+    // for every piece's id, so it is asked anew each time instead of remembered.
+    return absl::OkStatus();
+  }
   if (!inside) {
     const uint64_t offset = begin >= facts.base ? begin - facts.base : 0;
     const uint64_t left = offset <= facts.size ? facts.size - offset : 0;

@@ -97,9 +97,9 @@
  *     buffer id, so a later call over them asks only for that id (an allocation freed and
  *     made again at the same address has a new id and is checked anew). The check asks no
  *     stream for anything, so it also runs while the stream is captured, once, at capture;
- *     replays are not checked. A tensor of a caching allocator (PyTorch's) is checked
- *     against the allocator's block around it, which is all the driver sees: keep such
- *     buffers within their own bounds. lumen_engine_options.skip_device_buffer_check turns
+ *     replays are not checked. A tensor of a caching allocator (PyTorch's) or of a memory
+ *     pool may be checked against a larger block around it, which is all the driver sees:
+ *     keep such buffers within their own bounds. lumen_engine_options.skip_device_buffer_check turns
  *     the check off.
  *   - Streams. A stream handle cannot be checked safely: the runtime reads through it, and
  *     a value that is no stream (a freed or made-up handle) can crash the process. As with
