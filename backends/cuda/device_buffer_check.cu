@@ -50,6 +50,7 @@ struct DriverCalls {
 
 void* DriverEntryPoint(const char* name) {
   void* function = nullptr;
+#if CUDART_VERSION >= 12000
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
   // 12.0's ABI of each call (cuMemGetAddressRange's _v2, with size_t sizes).
@@ -58,7 +59,12 @@ void* DriverEntryPoint(const char* name) {
 #else
   const cudaError_t error = cudaGetDriverEntryPoint(name, &function, cudaEnableDefault, &found);
 #endif
-  if (error != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+  const bool ok = error == cudaSuccess && found == cudaDriverEntryPointSuccess;
+#else  // CUDA 11.3 to 11.8
+  const cudaError_t error = cudaGetDriverEntryPoint(name, &function, cudaEnableDefault);
+  const bool ok = error == cudaSuccess;
+#endif
+  if (!ok || function == nullptr) {
     cudaGetLastError();
     return nullptr;
   }
