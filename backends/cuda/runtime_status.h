@@ -50,7 +50,8 @@ inline std::string ContextLostMessage(cudaError_t error) {
                       "): every later GPU call of the process fails, and only a new process "
                       "recovers. A kernel faults this way on memory it cannot read, e.g. a "
                       "LUMEN_MEMORY_DEVICE buffer that the driver sees as part of a larger "
-                      "allocation (a pooling allocator's) but that is too small or freed");
+                      "allocation (a pooling allocator's) but that is too small or freed, or "
+                      "any bad buffer of an engine made with skip_device_buffer_check");
 }
 
 // LUMEN_ERROR_BACKEND naming what was being done and the runtime's error; an error that lost
