@@ -18,6 +18,7 @@
 #define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
 #define cudaDevAttrMaxSharedMemoryPerMultiprocessor \
   hipDeviceAttributeMaxSharedMemoryPerMultiprocessor
+#define cudaDevAttrPageableMemoryAccess hipDeviceAttributePageableMemoryAccess
 #define cudaError_t hipError_t
 #define cudaEvent_t hipEvent_t
 #define cudaStream_t hipStream_t
@@ -48,6 +49,7 @@
 #define cudaFree hipFree
 #define cudaFreeHost hipHostFree
 #define cudaFuncSetAttribute LumenHipFuncSetAttribute
+#define cudaGetDevice hipGetDevice
 #define cudaGetDeviceCount hipGetDeviceCount
 #define cudaGetDeviceProperties hipGetDeviceProperties
 #define cudaGetErrorName hipGetErrorName

@@ -70,9 +70,10 @@ absl::Status CheckDevice(int32_t device) {
 
 bool RocmDevicePresent(int32_t device) { return CheckDevice(device).ok(); }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateRocmBackend(int32_t device) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateRocmBackend(int32_t device,
+                                                           bool check_device_buffers) {
   if (absl::Status status = CheckDevice(device); !status.ok()) return status;
-  auto backend = std::make_unique<CudaBackend>(device);
+  auto backend = std::make_unique<CudaBackend>(device, check_device_buffers);
   if (absl::Status status = backend->Initialize(); !status.ok()) return status;
   return std::unique_ptr<Backend>(std::move(backend));
 }

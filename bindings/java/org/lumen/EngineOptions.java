@@ -13,6 +13,7 @@ public final class EngineOptions {
   private int device;
   private long memoryBudgetBytes;
   private String spillDirectory;
+  private boolean skipDeviceBufferCheck;
 
   /** The defaults (lumen_engine_options_init). */
   public EngineOptions() {
@@ -22,6 +23,7 @@ public final class EngineOptions {
       device = defaults.getDevice();
       memoryBudgetBytes = defaults.getMemoryBudgetBytes();
       spillDirectory = defaults.getSpillDirectory();
+      skipDeviceBufferCheck = defaults.getSkipDeviceBufferCheck() != 0;
     }
   }
 
@@ -33,6 +35,7 @@ public final class EngineOptions {
     options.setDevice(device);
     options.setMemoryBudgetBytes(memoryBudgetBytes);
     options.setSpillDirectory(spillDirectory);
+    options.setSkipDeviceBufferCheck(skipDeviceBufferCheck ? 1 : 0);
     return options;
   }
 
@@ -74,10 +77,20 @@ public final class EngineOptions {
     return this;
   }
 
+  /**
+   * Whether GPU engines skip the device buffer check of layer calls over device buffers
+   * (default false: checked; see lumen.h, "GPU engines"). Since 0.3.
+   */
+  public boolean skipDeviceBufferCheck() { return skipDeviceBufferCheck; }
+  public EngineOptions skipDeviceBufferCheck(boolean skipDeviceBufferCheck) {
+    this.skipDeviceBufferCheck = skipDeviceBufferCheck;
+    return this;
+  }
+
   @Override
   public String toString() {
     return "EngineOptions[backend=" + backend + ", numThreads=" + numThreads + ", device="
         + device + ", memoryBudgetBytes=" + memoryBudgetBytes + ", spillDirectory="
-        + spillDirectory + "]";
+        + spillDirectory + ", skipDeviceBufferCheck=" + skipDeviceBufferCheck + "]";
   }
 }
