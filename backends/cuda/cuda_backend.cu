@@ -285,6 +285,42 @@ absl::Status CudaBackend::StateFromHost(void* dst, const void* host_src, int64_t
   return absl::OkStatus();
 }
 
+absl::StatusOr<void*> CudaBackend::AllocateBuffer(lumen_memory memory, int64_t bytes) {
+  if (memory != LUMEN_MEMORY_DEVICE) return Backend::AllocateBuffer(memory, bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (absl::Status status = UseDevice(); !status.ok()) return status;
+  RelaxedCaptureMode relaxed;
+  void* buffer = nullptr;
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaMalloc(&buffer, static_cast<size_t>(std::max<int64_t>(bytes, 1))),
+                             "allocating a session's kept inputs");
+  return buffer;
+}
+
+void CudaBackend::FreeBuffer(lumen_memory memory, void* buffer) {
+  if (memory != LUMEN_MEMORY_DEVICE) return Backend::FreeBuffer(memory, buffer);
+  if (buffer == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!UseDevice().ok()) return;
+  RelaxedCaptureMode relaxed;
+  // Copies and replays reading the buffer run on the caller's streams: wait for all of the
+  // device's work before the memory can go (a failure surfaces in the next call).
+  cudaDeviceSynchronize();
+  cudaFree(buffer);
+}
+
+absl::Status CudaBackend::CopyBuffer(lumen_memory memory, void* dst, const void* src,
+                                     int64_t bytes, void* stream) {
+  if (memory != LUMEN_MEMORY_DEVICE) return Backend::CopyBuffer(memory, dst, src, bytes, stream);
+  if (bytes == 0) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (absl::Status status = UseDevice(); !status.ok()) return status;
+  LUMEN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                             cudaMemcpyDeviceToDevice,
+                                             static_cast<cudaStream_t>(stream)),
+                             "copying a session's kept inputs");
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::EnsureScratch(int64_t bytes, bool capturing) {
   if (bytes <= scratch_bytes_) return absl::OkStatus();
   if (capturing) {

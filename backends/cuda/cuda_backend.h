@@ -47,6 +47,12 @@ class CudaBackend : public Backend {
   absl::Status CopyState(void* dst, const void* src, int64_t bytes) override;
   absl::Status StateToHost(void* host_dst, const void* src, int64_t bytes) override;
   absl::Status StateFromHost(void* dst, const void* host_src, int64_t bytes) override;
+  // Kept inputs in device memory (tentative tokens): cudaMalloc, a copy on the caller's
+  // stream, and a free after the device's work is done; host memory as the base class.
+  absl::StatusOr<void*> AllocateBuffer(lumen_memory memory, int64_t bytes) override;
+  void FreeBuffer(lumen_memory memory, void* buffer) override;
+  absl::Status CopyBuffer(lumen_memory memory, void* dst, const void* src, int64_t bytes,
+                          void* stream) override;
 
   absl::StatusOr<AsyncCallId> Run(const LayerSpec& spec, const LayerRun& run) override;
   bool has_async_calls() const override { return true; }

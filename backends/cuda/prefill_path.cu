@@ -87,11 +87,13 @@ absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
   run_args.input_error = input_error_;
   run_args.cu_seqlens = device_cu_seqlens;
   run_args.state_table = layer_states;
+  run_args.write_state = !run.read_only;
   // Right after the check it starts while the check runs (see StepArgs::after_previous); the
   // lengths it may read before the check holds a failing call's at 0 do not matter, since
   // it reads the check's record before it writes anything.
   run_args.after_previous = dependent_launch_ && !has_extras;
-  // A recurrent run (not chunkwise: a commit's replay) comes here only as a token run.
+  // A recurrent run (not chunkwise: a tentative pass or a commit's replay) comes here only
+  // as a token run.
   const bool token_run = RegisterStepFits(run_args) &&
                          (!run.chunkwise || LongestSequence(run) <= kMaxRunTokens);
   if (token_run) {
@@ -142,7 +144,7 @@ absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
                            T * spec.num_value_heads * spec.value_dim, input_error_, stream),
         "launching the output pass");
   }
-  if (has_extras && spec.conv_size > 1) {
+  if (has_extras && spec.conv_size > 1 && !run.read_only) {
     LUMEN_CUDA_RETURN_IF_ERROR(LaunchCommitWindows(conv->second, inputs, call, session_states,
                                                    n, input_error_, stream),
                                "launching the window update");

@@ -17,21 +17,21 @@
 namespace lumen::cuda {
 
 absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
-  // Tentative passes (read-only) and recurrent runs of several tokens per session (a
-  // commit's replay) need the multi-token recurrent kernel, which this backend lacks yet.
-  if (run.read_only) {
-    return absl::UnimplementedError(
-        "tentative tokens are not supported by the CUDA backend yet (CPU engines only)");
+  // A tentative pass (read_only) and a recurrent run of several tokens per session (a
+  // commit's replay) are token runs of the register kernel, through the prefill's tables,
+  // where the kernel takes the layer; a replay on another layer is one-token steps.
+  StepArgs probe;
+  probe.layer = layers_.at(&spec);
+  probe.state_bf16 = spec.state_dtype == DType::kBFloat16;
+  const bool fits = RegisterStepFits(probe);
+  if (run.read_only && !fits) {
+    return LumenError(LUMEN_ERROR_UNSUPPORTED,
+                      "tentative tokens on a GPU engine take the layers of its register step "
+                      "kernel: fp32 state, key_dim 128, value_dim a multiple of 32, no "
+                      "normaliser and the identity feature map");
   }
-  if (!run.chunkwise) {
-    for (int32_t i = 0; i < run.num_sessions(); ++i) {
-      if (run.cu_seqlens[i + 1] - run.cu_seqlens[i] > 1) {
-        return absl::UnimplementedError(
-            "a recurrent run of several tokens per session (a commit of tentative tokens) is "
-            "not supported by the CUDA backend yet (CPU engines only)");
-      }
-    }
-  }
+  const bool several = !run.chunkwise && LongestSequence(run) > 1;
+  const bool token_run = fits && (several || run.read_only);
   std::lock_guard<std::mutex> lock(mutex_);
   if (absl::Status status = UseDevice(); !status.ok()) return status;
   if (absl::Status status = CheckCallBuffers(run); !status.ok()) return status;
@@ -82,14 +82,6 @@ absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerR
     staging = static_cast<char*>(staging_);
   }
   const int64_t extras_bytes = PlanExtras(spec, run).total;
-  // A recurrent run of several tokens per session (a commit's replay) is a token run of the
-  // register kernel, through the prefill's tables, where the kernel takes the layer; else
-  // one-token steps.
-  StepArgs probe;
-  probe.layer = layers_.at(&spec);
-  probe.state_bf16 = spec.state_dtype == DType::kBFloat16;
-  const bool several = !run.chunkwise && LongestSequence(run) > 1;
-  const bool token_run = several && RegisterStepFits(probe);
   const bool sequences = run.chunkwise || token_run;
   const int64_t prefill_bytes = sequences ? PlanPrefill(spec, run).total : 0;
   const int64_t scratch_bytes = host_io_bytes + extras_bytes + prefill_bytes;

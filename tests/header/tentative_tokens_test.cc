@@ -100,8 +100,8 @@ TEST_CASE("tentative steps' errors change nothing", "[header]") {
               "num_tokens outside [1, LUMEN_MAX_TENTATIVE_TOKENS] or other than the session's "
               "other layers' tentative count; LUMEN_ERROR_UNCOMMITTED_TOKENS when the layer "
               "already ran tentative tokens that are not committed yet; "
-              "LUMEN_ERROR_UNSUPPORTED on GPU engines and for a layer with a bfloat16 state "
-              "and a short convolution.");
+              "LUMEN_ERROR_UNSUPPORTED for a layer its engine does not run tentatively (see "
+              "\"Tentative tokens\").");
   LUMEN_CLAIM("lumen_session_step_tentative", "The session is unchanged on any error.");
   const RefLayer layer = DeltaLayer();
   const Stack stack({layer, layer});
@@ -181,9 +181,14 @@ TEST_CASE("the CPU backend runs tentative tokens on every layer but bf16 ones wi
   }
 }
 
-LUMEN_CLAIM_UNPROVEN("Tentative tokens", "GPU engines answer LUMEN_ERROR_UNSUPPORTED for now.",
-                     "needs a GPU engine; the CUDA backend's multi-token recurrent kernel is "
-                     "being written, and its GPU tests will replace this answer");
+LUMEN_CLAIM_PROVEN_ELSEWHERE(
+    "Tentative tokens",
+    "GPU engines run the layers of their register step kernel (fp32 state, key_dim 128, "
+    "value_dim a multiple of 32, no normaliser, the identity feature map: the published "
+    "models' layers), over host or device buffers, and answer LUMEN_ERROR_UNSUPPORTED for "
+    "other layers.",
+    "tests/backends/cuda/cuda_token_runs_test.cc",
+    "CUDA tentative tokens and their commit are bitwise plain steps");
 
 TEST_CASE("until commit, every call on the session's state fails and changes nothing",
           "[header]") {

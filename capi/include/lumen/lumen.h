@@ -867,8 +867,10 @@ LUMEN_API lumen_status lumen_engine_prefill_varlen(lumen_engine* engine, int32_t
 /*   - Memory budget. A session holding tentative tokens may be evicted like any other: the   */
 /*     kept inputs stay in memory beside it, and the commit reloads it.                       */
 /*   - Backends. The CPU backend runs every layer but one with a bfloat16 state and a short   */
-/*     convolution (LUMEN_ERROR_UNSUPPORTED). GPU engines answer LUMEN_ERROR_UNSUPPORTED for  */
-/*     now.                                                                                   */
+/*     convolution (LUMEN_ERROR_UNSUPPORTED). GPU engines run the layers of their register    */
+/*     step kernel (fp32 state, key_dim 128, value_dim a multiple of 32, no normaliser, the   */
+/*     identity feature map: the published models' layers), over host or device buffers, and */
+/*     answer LUMEN_ERROR_UNSUPPORTED for other layers.                                       */
 /* ------------------------------------------------------------------------------------------ */
 
 /** The most tokens a tentative call runs per session. Since 0.4. */
@@ -882,8 +884,8 @@ LUMEN_API lumen_status lumen_engine_prefill_varlen(lumen_engine* engine, int32_t
  * Returns the errors of lumen_session_step; LUMEN_ERROR_INVALID_ARGUMENT for num_tokens
  * outside [1, LUMEN_MAX_TENTATIVE_TOKENS] or other than the session's other layers' tentative
  * count; LUMEN_ERROR_UNCOMMITTED_TOKENS when the layer already ran tentative tokens that
- * are not committed yet; LUMEN_ERROR_UNSUPPORTED on GPU engines and for a layer with a
- * bfloat16 state and a short convolution. The session is unchanged on any error. Since 0.4.
+ * are not committed yet; LUMEN_ERROR_UNSUPPORTED for a layer its engine does not run
+ * tentatively (see "Tentative tokens"). The session is unchanged on any error. Since 0.4.
  */
 LUMEN_API lumen_status lumen_session_step_tentative(lumen_session* session, int32_t layer,
                                                     int32_t num_tokens,

@@ -1698,8 +1698,8 @@ extern "C" {
     #[doc = " Returns the errors of lumen_session_step; LUMEN_ERROR_INVALID_ARGUMENT for num_tokens"]
     #[doc = " outside [1, LUMEN_MAX_TENTATIVE_TOKENS] or other than the session's other layers' tentative"]
     #[doc = " count; LUMEN_ERROR_UNCOMMITTED_TOKENS when the layer already ran tentative tokens that"]
-    #[doc = " are not committed yet; LUMEN_ERROR_UNSUPPORTED on GPU engines and for a layer with a"]
-    #[doc = " bfloat16 state and a short convolution. The session is unchanged on any error. Since 0.4."]
+    #[doc = " are not committed yet; LUMEN_ERROR_UNSUPPORTED for a layer its engine does not run"]
+    #[doc = " tentatively (see \"Tentative tokens\"). The session is unchanged on any error. Since 0.4."]
     pub fn lumen_session_step_tentative(
         session: *mut lumen_session,
         layer: i32,

@@ -696,8 +696,8 @@ def lumen_session_step_tentative(session, layer, num_tokens, inputs, output):
     Returns the errors of lumen_session_step; LUMEN_ERROR_INVALID_ARGUMENT for num_tokens
     outside [1, LUMEN_MAX_TENTATIVE_TOKENS] or other than the session's other layers' tentative
     count; LUMEN_ERROR_UNCOMMITTED_TOKENS when the layer already ran tentative tokens that
-    are not committed yet; LUMEN_ERROR_UNSUPPORTED on GPU engines and for a layer with a
-    bfloat16 state and a short convolution. The session is unchanged on any error. Since 0.4.
+    are not committed yet; LUMEN_ERROR_UNSUPPORTED for a layer its engine does not run
+    tentatively (see "Tentative tokens"). The session is unchanged on any error. Since 0.4.
     """
     return _capi.lumen_session_step_tentative(session, layer, num_tokens, inputs, output)
 

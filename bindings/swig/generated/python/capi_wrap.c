@@ -11042,8 +11042,8 @@ static PyMethodDef SwigMethods[] = {
 		"Returns the errors of lumen_session_step; LUMEN_ERROR_INVALID_ARGUMENT for num_tokens\n"
 		"outside [1, LUMEN_MAX_TENTATIVE_TOKENS] or other than the session's other layers' tentative\n"
 		"count; LUMEN_ERROR_UNCOMMITTED_TOKENS when the layer already ran tentative tokens that\n"
-		"are not committed yet; LUMEN_ERROR_UNSUPPORTED on GPU engines and for a layer with a\n"
-		"bfloat16 state and a short convolution. The session is unchanged on any error. Since 0.4.\n"
+		"are not committed yet; LUMEN_ERROR_UNSUPPORTED for a layer its engine does not run\n"
+		"tentatively (see \"Tentative tokens\"). The session is unchanged on any error. Since 0.4.\n"
 		""},
 	 { "lumen_engine_step_tentative_batch", _wrap_lumen_engine_step_tentative_batch, METH_VARARGS, "\n"
 		"lumen_session_step_tentative for n distinct sessions in one call, each with its own number\n"

@@ -521,8 +521,8 @@ public class Capi implements CapiConstants {
    * Returns the errors of lumen_session_step; LUMEN_ERROR_INVALID_ARGUMENT for num_tokens<br>
    * outside [1, LUMEN_MAX_TENTATIVE_TOKENS] or other than the session's other layers' tentative<br>
    * count; LUMEN_ERROR_UNCOMMITTED_TOKENS when the layer already ran tentative tokens that<br>
-   * are not committed yet; LUMEN_ERROR_UNSUPPORTED on GPU engines and for a layer with a<br>
-   * bfloat16 state and a short convolution. The session is unchanged on any error. Since 0.4.
+   * are not committed yet; LUMEN_ERROR_UNSUPPORTED for a layer its engine does not run<br>
+   * tentatively (see "Tentative tokens"). The session is unchanged on any error. Since 0.4.
    */
   public static int lumen_session_step_tentative(long session, int layer, int num_tokens, LayerInputs inputs, LayerOutput output) {
     int status = CapiJNI.lumen_session_step_tentative(session, layer, num_tokens, LayerInputs.getCPtr(inputs), inputs, LayerOutput.getCPtr(output), output);
