@@ -35,6 +35,7 @@ struct LayerSpec {
   float normalize_eps = 1e-6f;
   bool qk_l2norm = false;
   bool beta_sigmoid = false;
+  bool allow_neg_eigval = false;  // beta in [0, 2]: 2 * sigmoid(logit) with beta_sigmoid
   bool gate_raw = false;
   DType state_dtype = DType::kFloat32;
   std::vector<float> a_log;     // [HV] with gate_raw

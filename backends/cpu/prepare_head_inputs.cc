@@ -173,9 +173,10 @@ void PrepareHeadInputsAtLevel(const LayerSpec& spec, const PreparedInputs& in,
     seq->beta_stride = HV;
     if (in.beta_logits) {
       float* beta = scratch->beta.data();
+      const float top = in.beta_logit_scale;  // fla's allow_neg_eigval: 2 * sigmoid
 #pragma omp simd
       for (int64_t t = 0; t < count; ++t) {
-        beta[t] = 1.0f / (1.0f + VectorExp(-seq->beta[t * HV]));
+        beta[t] = top / (1.0f + VectorExp(-seq->beta[t * HV]));
       }
       seq->beta = beta;
       seq->beta_stride = 1;

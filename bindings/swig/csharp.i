@@ -116,6 +116,7 @@ LUMEN_FLAG_FIELD(normalize)
 LUMEN_FLAG_FIELD(qk_l2norm)
 LUMEN_FLAG_FIELD(beta_sigmoid)
 LUMEN_FLAG_FIELD(gate_raw)
+LUMEN_FLAG_FIELD(allow_neg_eigval)
 
 /* Options structs: proxies named without the lumen_ prefix; an out struct is passed in. They are
  * partial classes, so that bindings/csharp adds the presets to LayerOptions. */

@@ -153,6 +153,7 @@ lumen_status lumen_model_layer_options(const lumen_model* model, int32_t layer,
   options.normalize_eps = spec.normalize_eps;
   options.qk_l2norm = spec.qk_l2norm;
   options.beta_sigmoid = spec.beta_sigmoid;
+  options.allow_neg_eigval = spec.allow_neg_eigval;
   options.gate_raw = spec.gate_raw;
   options.state_dtype = static_cast<int32_t>(spec.state_dtype);
   options.conv_size = spec.conv_size;

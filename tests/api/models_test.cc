@@ -82,6 +82,14 @@ TEST_CASE("bad layer options are rejected with a message naming the problem", "[
        {"conv_activation"}},
       {"conv_activation = -1", [](lumen_layer_options* o) { o->conv_activation = -1; },
        {"conv_activation"}},
+      {"allow_neg_eigval without beta", [](lumen_layer_options* o) { o->allow_neg_eigval = 1; },
+       {"allow_neg_eigval", "delta family"}},
+      {"allow_neg_eigval = 2",
+       [](lumen_layer_options* o) {
+         o->family = LUMEN_FAMILY_DELTA_NET;
+         o->allow_neg_eigval = 2;
+       },
+       {"allow_neg_eigval", "0 or 1"}},
   };
   for (const auto& b : bad) {
     INFO(b.name << " (on linear_attn)");

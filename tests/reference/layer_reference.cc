@@ -60,6 +60,7 @@ std::string RefLayer::Describe() const {
   if (normalize) s << " normalize";
   if (qk_l2norm) s << " qk_l2norm";
   if (beta_sigmoid) s << " beta_sigmoid";
+  if (allow_neg_eigval) s << " allow_neg_eigval";
   if (gate_raw) s << " gate_raw";
   if (!decay.empty()) s << " decay=given";
   if (state_dtype != LUMEN_DTYPE_FLOAT32) s << " state_dtype=" << state_dtype;
@@ -212,7 +213,8 @@ void RunReference(const RefLayer& layer, int64_t num_tokens, const RefInputs& in
       }
       if (layer.DeltaRule()) {
         double beta = in.beta[t * HV + hv];
-        if (layer.beta_sigmoid) beta = Sigmoid(beta);
+        // fla's allow_neg_eigval: beta = 2 * sigmoid(logit), or a given beta in [0, 2].
+        if (layer.beta_sigmoid) beta = (layer.allow_neg_eigval ? 2.0 : 1.0) * Sigmoid(beta);
         // u = beta (v - S'^T k), read from the decayed state.
         for (int64_t j = 0; j < V; ++j) {
           double sk = 0.0;
@@ -448,7 +450,9 @@ TokenData RandomTokens(const RefLayer& layer, int64_t num_tokens, std::mt19937& 
   }
   if (layer.HasBeta()) {
     const int64_t n = num_tokens * layer.BetaPerToken();
-    d.beta = layer.beta_sigmoid ? Normal(n, 1.5, rng) : Uniform(n, 0.05, 0.95, rng);
+    d.beta = layer.beta_sigmoid       ? Normal(n, 1.5, rng)
+             : layer.allow_neg_eigval ? Uniform(n, 0.05, 1.95, rng)
+                                      : Uniform(n, 0.05, 0.95, rng);
   }
   return d;
 }
@@ -544,6 +548,7 @@ lumen_layer_options ToOptions(const RefLayer& layer) {
   o.normalize_eps = layer.normalize_eps;
   o.qk_l2norm = layer.qk_l2norm ? 1 : 0;
   o.beta_sigmoid = layer.beta_sigmoid ? 1 : 0;
+  o.allow_neg_eigval = layer.allow_neg_eigval ? 1 : 0;
   o.gate_raw = layer.gate_raw ? 1 : 0;
   o.state_dtype = layer.state_dtype;
   o.conv_size = layer.conv_size;

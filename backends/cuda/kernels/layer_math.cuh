@@ -23,6 +23,8 @@ struct LayerConfig {
   GateKind gate = GateKind::kNone;
   bool qk_l2norm = false;
   bool beta_sigmoid = false;
+  float beta_logit_scale = 1.0f;           // beta = scale * sigmoid(logit): 2 with allow_neg_eigval
+  bool allow_neg_eigval = false;           // beta inputs in [0, 2] (the input check)
   bool gate_raw = false;
   bool delta_rule = false;
   bool normalize = false;
@@ -103,8 +105,9 @@ __device__ __forceinline__ float LogDecay(const LayerConfig& layer, float raw, i
   return -expf(layer.a_log[hv]) * Softplus(raw + bias);
 }
 
+// sigmoid(logit) with beta_sigmoid, 2 * sigmoid(logit) with allow_neg_eigval too (fla's).
 __device__ __forceinline__ float PreparedBeta(const LayerConfig& layer, float raw) {
-  return layer.beta_sigmoid ? 1.0f / (1.0f + expf(-raw)) : raw;
+  return layer.beta_sigmoid ? layer.beta_logit_scale / (1.0f + expf(-raw)) : raw;
 }
 
 }  // namespace lumen::cuda

@@ -112,8 +112,8 @@
  *   q, k   [T, H, K]      v, o   [T, HV, V]      beta [T, HV]
  *   g      [T, HV] for a scalar gate (ssd, gated_delta_net), [T, HV, K] for a vector gate
  *          (gla, kda); natural-log decay, g <= 0 (raw pre-activations when gate_raw is on).
- *   Every input value must be finite; beta in [0, 1] unless beta_sigmoid (see
- *   lumen_layer_inputs).
+ *   Every input value must be finite; beta in [0, 1] unless beta_sigmoid ([0, 2] with
+ *   allow_neg_eigval; see lumen_layer_inputs).
  *   state  [HV, K, V] fp32 (canonical layout); normalizer [HV, K] fp32.
  *   conv windows (conv_size = W > 0)  q, k [H * K, W-1]   v [HV * V, W-1]
  */
@@ -362,6 +362,10 @@ typedef struct lumen_layer_options {
                              each of q, k and v, with weights LUMEN_PARAM_CONV_*_WEIGHT and a
                              window of the last W-1 inputs in the session (LUMEN_STATE_CONV_*) */
   int32_t conv_activation;/* lumen_conv_activation after the convolution; default SILU */
+  /* Since 0.4 (struct_size tells whether a caller has it): fla's layer options. */
+  int32_t allow_neg_eigval;/* 0/1, delta family only: beta may lie in [0, 2], so the state's
+                             transition may have negative eigenvalues (fla's allow_neg_eigval);
+                             with beta_sigmoid beta = 2 * sigmoid(logit) */
 } lumen_layer_options;
 
 /** Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32;
@@ -412,8 +416,8 @@ LUMEN_API void lumen_model_builder_destroy(lumen_model_builder* builder);
  * Appends a layer. The options are validated now: a known family; H, K, V >= 1 and HV a
  * multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite
  * and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize
- * are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and
- * ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
+ * are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw
+ * gated_delta_net's, kda's and ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
  * conv_activation. On success the new layer's index is written to
  * *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming
  * the problem.
@@ -717,8 +721,9 @@ LUMEN_API lumen_status lumen_session_write_state(lumen_session* session, int32_t
  * A struct_size of 0.1.0's struct (without `stream`) is accepted and means stream NULL.
  *
  * Values are checked before anything runs: NaN or infinity in any input, g > 0 as a log-decay
- * (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
- * beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
+ * (any finite value with gate_raw), and beta outside [0, 1] ([0, 2] with allow_neg_eigval; any
+ * finite logit with beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the
+ * tensor, the token
  * (and, in a call of several sessions, which session's token), the head and the channel; no
  * session changes. On GPU engines a call over device buffers reports this later (see "GPU
  * engines").

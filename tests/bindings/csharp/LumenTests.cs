@@ -307,6 +307,37 @@ public static class LumenTests {
     }
   }
 
+  // fla's allow_neg_eigval: beta in [0, 2]. One token from a zero state with a unit key: the
+  // state becomes beta k v^T, so o = beta (q . k) v.
+  static void AllowNegEigvalTakesBetaUpToTwo() {
+    var q = new float[] {1, 0, 0, 0}; var k = new float[] {1, 0, 0, 0};
+    var v = new float[] {1, 2, 3, 4};
+    Model model;
+    using (var builder = new ModelBuilder())
+    using (var doubled = Layer(LumenFamily.DELTA_NET, 1, 1, 4, 4))
+    using (var plain = Layer(LumenFamily.DELTA_NET, 1, 1, 4, 4)) {
+      doubled.Scale = plain.Scale = 1;
+      doubled.AllowNegEigval = true;
+      builder.AddLayer(doubled);
+      builder.AddLayer(plain);
+      model = builder.Build();
+    }
+    using (model)
+    using (var options = new EngineOptions { NumThreads = 1 })
+    using (var engine = new Engine(model, options))
+    using (Session session = engine.NewSession()) {
+      using (var built = model.LayerOptions(0)) Check(built.AllowNegEigval, "the option reads back");
+      var o = session.Step(0, q, k, v, null, new float[] {1.5f});
+      Check(o.SequenceEqual(new float[] {1.5f, 3, 4.5f, 6}), "o = 1.5 v");
+      var twoAndAHalf = Throws<LumenException>(
+          () => session.Step(0, q, k, v, null, new float[] {2.5f}), "beta 2.5");
+      Check(twoAndAHalf.Message.Contains("must lie in [0, 2]"), twoAndAHalf.Message);
+      var without = Throws<LumenException>(
+          () => session.Step(1, q, k, v, null, new float[] {1.5f}), "beta 1.5 without the option");
+      Check(without.Message.Contains("must lie in [0, 1]"), without.Message);
+    }
+  }
+
   static void ReservingScratchChecksItsArguments() {
     using (Engine engine = NewEngine(out Model model))
     using (model)
@@ -581,7 +612,8 @@ public static class LumenTests {
       EveryHeaderFunctionIsReachable, StepAndPrefillMatchTheReference, PointersAndBf16Inputs,
       BatchedStepAndVarlenPrefillMatchSingleSessions, SnapshotRoundTripsThroughBytesAndAFile,
       StoresSaveAndLoadByKeyWithVersions, SessionsBeyondTheBudgetSpillAndComeBackBitForBit,
-      BadCallsThrowWithTheLibraryMessage, ReservingScratchChecksItsArguments,
+      BadCallsThrowWithTheLibraryMessage, AllowNegEigvalTakesBetaUpToTwo,
+      ReservingScratchChecksItsArguments,
       TextFieldsFreeTheirCopies, NativeMemoryIsReleased, DroppedSessionsStayWithinAMemoryBound,
       DroppedSessionsCauseFullCollections, DisposeWaitsForACallInProgress,
       EnumsAndFlagsNeedNoCasts, PresetsAreLayerOptionsFactories, SpansMatchArrays,

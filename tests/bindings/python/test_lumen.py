@@ -362,6 +362,32 @@ def test_handles_forward_header_calls_they_do_not_wrap(engine, monkeypatch):
         lumen.LayerOptions(preset="no_such_model")
 
 
+def test_allow_neg_eigval_takes_beta_in_0_2_as_fla_does():
+    """fla's allow_neg_eigval: beta in [0, 2], given as it is or as 2 * sigmoid(logit) with
+    beta_sigmoid; a beta outside [0, 2] fails naming the range."""
+    rng = np.random.default_rng(7)
+    tokens = 6
+    q, k, v, g, _ = random_inputs(rng, tokens)
+    beta = rng.uniform(0.0, 2.0, (tokens, HV)).astype(np.float32)
+    logits = (2.0 * rng.standard_normal((tokens, HV))).astype(np.float32)
+    as_double = [x.astype(np.float64) for x in (q, k, v, g)]
+    given, _ = gated_delta_net_reference(*as_double, beta.astype(np.float64), K ** -0.5)
+    doubled = 2.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    from_logits, _ = gated_delta_net_reference(*as_double, doubled, K ** -0.5)
+    with lumen.ModelBuilder() as builder:
+        dims = dict(family="gated_delta_net", num_heads=H, num_value_heads=HV, key_dim=K,
+                    value_dim=V, allow_neg_eigval=True)
+        builder.add_layer(**dims)
+        builder.add_layer(beta_sigmoid=True, **dims)
+        model = builder.build()
+    with model, lumen.Engine(model, num_threads=1) as engine, lumen.Session(engine) as session:
+        assert model.layer_options(1).allow_neg_eigval == 1
+        assert relative_rms(session.prefill(0, q, k, v, g=g, beta=beta), given) <= 1e-4
+        assert relative_rms(session.prefill(1, q, k, v, g=g, beta=logits), from_logits) <= 1e-4
+        with pytest.raises(lumen.LumenError, match=r"must lie in \[0, 2\]"):
+            session.step(0, q[0], k[0], v[0], g=g[0], beta=np.full(HV, 2.5, np.float32))
+
+
 def test_presets_and_conv_windows():
     """A preset layer at small dims with its short convolution: the windows are state parts
     [C, W-1] holding the last W-1 raw inputs, oldest first."""

@@ -25,6 +25,7 @@ public final class LayerOptions {
   private boolean qkL2norm;
   private boolean betaSigmoid;
   private boolean gateRaw;
+  private boolean allowNegEigval;
   private Dtype stateDtype;
   private int convSize;
   private ConvActivation convActivation;
@@ -90,6 +91,7 @@ public final class LayerOptions {
     qkL2norm = options.getQkL2norm() != 0;
     betaSigmoid = options.getBetaSigmoid() != 0;
     gateRaw = options.getGateRaw() != 0;
+    allowNegEigval = options.getAllowNegEigval() != 0;
     stateDtype = Dtype.of(options.getStateDtype());
     convSize = options.getConvSize();
     convActivation = ConvActivation.of(options.getConvActivation());
@@ -111,6 +113,7 @@ public final class LayerOptions {
     options.setQkL2norm(qkL2norm ? 1 : 0);
     options.setBetaSigmoid(betaSigmoid ? 1 : 0);
     options.setGateRaw(gateRaw ? 1 : 0);
+    options.setAllowNegEigval(allowNegEigval ? 1 : 0);
     options.setStateDtype(stateDtype.value());
     options.setConvSize(convSize);
     options.setConvActivation(convActivation.value());
@@ -213,6 +216,18 @@ public final class LayerOptions {
     return this;
   }
 
+  /** Whether beta may lie in [0, 2] (fla's allow_neg_eigval). */
+  public boolean allowNegEigval() { return allowNegEigval; }
+  /**
+   * Sets whether beta may lie in [0, 2], so that the state's transition may have negative
+   * eigenvalues (fla's allow_neg_eigval; the delta family only): with betaSigmoid, beta =
+   * 2 * sigmoid(logit).
+   */
+  public LayerOptions allowNegEigval(boolean allowNegEigval) {
+    this.allowNegEigval = allowNegEigval;
+    return this;
+  }
+
   /** The dtype of the stored state. */
   public Dtype stateDtype() { return stateDtype; }
   /** Sets the dtype of the stored state: FLOAT32 (default) or BFLOAT16. */
@@ -243,7 +258,7 @@ public final class LayerOptions {
         + numValueHeads + ", keyDim=" + keyDim + ", valueDim=" + valueDim + ", scale=" + scale
         + ", featureMap=" + featureMap + ", normalize=" + normalize + ", normalizeEps="
         + normalizeEps + ", qkL2norm=" + qkL2norm + ", betaSigmoid=" + betaSigmoid
-        + ", gateRaw=" + gateRaw + ", stateDtype=" + stateDtype + ", convSize=" + convSize
+        + ", gateRaw=" + gateRaw + ", allowNegEigval=" + allowNegEigval + ", stateDtype=" + stateDtype + ", convSize=" + convSize
         + ", convActivation=" + convActivation + "]";
   }
 }

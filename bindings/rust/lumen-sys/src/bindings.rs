@@ -178,12 +178,13 @@ pub struct lumen_layer_options {
     pub state_dtype: i32,
     pub conv_size: i32,
     pub conv_activation: i32,
+    pub allow_neg_eigval: i32,
 }
 #[test]
 fn bindgen_test_layout_lumen_layer_options() {
     assert_eq!(
         ::std::mem::size_of::<lumen_layer_options>(),
-        64usize,
+        68usize,
         concat!("Size of: ", stringify!(lumen_layer_options))
     );
     assert_eq!(
@@ -463,6 +464,23 @@ fn bindgen_test_layout_lumen_layer_options() {
         );
     }
     test_field_conv_activation();
+    fn test_field_allow_neg_eigval() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_layer_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).allow_neg_eigval) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_layer_options),
+                "::",
+                stringify!(allow_neg_eigval)
+            )
+        );
+    }
+    test_field_allow_neg_eigval();
 }
 extern "C" {
     #[doc = " Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32;"]
@@ -502,8 +520,8 @@ extern "C" {
     #[doc = " Appends a layer. The options are validated now: a known family; H, K, V >= 1 and HV a"]
     #[doc = " multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite"]
     #[doc = " and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize"]
-    #[doc = " are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and"]
-    #[doc = " ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known"]
+    #[doc = " are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw"]
+    #[doc = " gated_delta_net's, kda's and ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known"]
     #[doc = " conv_activation. On success the new layer's index is written to"]
     #[doc = " *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming"]
     #[doc = " the problem."]
@@ -1221,8 +1239,9 @@ extern "C" {
 #[doc = " A struct_size of 0.1.0's struct (without `stream`) is accepted and means stream NULL."]
 #[doc = ""]
 #[doc = " Values are checked before anything runs: NaN or infinity in any input, g > 0 as a log-decay"]
-#[doc = " (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with"]
-#[doc = " beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token"]
+#[doc = " (any finite value with gate_raw), and beta outside [0, 1] ([0, 2] with allow_neg_eigval; any"]
+#[doc = " finite logit with beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the"]
+#[doc = " tensor, the token"]
 #[doc = " (and, in a call of several sessions, which session's token), the head and the channel; no"]
 #[doc = " session changes. On GPU engines a call over device buffers reports this later (see \"GPU"]
 #[doc = " engines\")."]

@@ -187,6 +187,9 @@ impl LayerOptions {
         beta_sigmoid: beta_sigmoid as bool => i32::from;
         /// g arrives raw; needs Param::A_LOG and Param::DT_BIAS (see lumen.h).
         gate_raw: gate_raw as bool => i32::from;
+        /// beta may lie in [0, 2], so the state's transition may have negative eigenvalues
+        /// (fla's allow_neg_eigval; delta families): with beta_sigmoid, beta = 2 sigmoid(logit).
+        allow_neg_eigval: allow_neg_eigval as bool => i32::from;
         /// The element type the session stores the state in.
         state_dtype: state_dtype as DType => |d| d.0;
         /// W, the width of the q/k/v convolutions (0: none).

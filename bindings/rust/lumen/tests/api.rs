@@ -237,6 +237,28 @@ fn bad_calls_return_the_library_message() {
     assert!(!error.message().is_empty());
 }
 
+/// fla's allow_neg_eigval: beta in [0, 2]. One token from a zero state with a unit key: the
+/// state becomes beta k v^T, so o = beta (q . k) v.
+#[test]
+fn allow_neg_eigval_takes_beta_up_to_two() {
+    let (q, k, v) = ([1f32, 0.0, 0.0, 0.0], [1f32, 0.0, 0.0, 0.0], [1f32, 2.0, 3.0, 4.0]);
+    let mut builder = ModelBuilder::new().unwrap();
+    builder.add_layer(&layer(Family::DELTA_NET, 1, 1, 4, 4).scale(1.0).allow_neg_eigval(true))
+        .unwrap();
+    builder.add_layer(&layer(Family::DELTA_NET, 1, 1, 4, 4).scale(1.0)).unwrap();
+    let model = builder.build().unwrap();
+    assert_eq!(model.layer_options(0).unwrap().raw_mut().allow_neg_eigval, 1);
+    let engine = Engine::new(&model, Some(&EngineOptions::default().threads(1))).unwrap();
+    let mut session = engine.session().unwrap();
+    let mut o = [0f32; 4];
+    session.step(0, &Inputs::new(&q, &k, &v).beta(&[1.5]), &mut o).unwrap();
+    assert_eq!(o, [1.5, 3.0, 4.5, 6.0]);
+    let error = session.step(0, &Inputs::new(&q, &k, &v).beta(&[2.5]), &mut o).unwrap_err();
+    assert!(error.message().contains("must lie in [0, 2]"), "{}", error);
+    let error = session.step(1, &Inputs::new(&q, &k, &v).beta(&[1.5]), &mut o).unwrap_err();
+    assert!(error.message().contains("must lie in [0, 1]"), "{}", error);
+}
+
 #[test]
 fn reserving_scratch_checks_its_arguments() {
     let engine = engine();

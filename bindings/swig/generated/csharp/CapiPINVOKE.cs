@@ -301,6 +301,12 @@ class CapiPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_ConvActivation_get___")]
   public static extern int LayerOptions_ConvActivation_get(global::System.Runtime.InteropServices.HandleRef jarg1);
 
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_AllowNegEigval_set___")]
+  public static extern void LayerOptions_AllowNegEigval_set(global::System.Runtime.InteropServices.HandleRef jarg1, int jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_AllowNegEigval_get___")]
+  public static extern int LayerOptions_AllowNegEigval_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_new_LayerOptions___")]
   public static extern global::System.IntPtr new_LayerOptions();
 

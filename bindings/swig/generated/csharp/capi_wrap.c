@@ -734,6 +734,28 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_ConvActivation_get___(
 }
 
 
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_AllowNegEigval_set___(void * jarg1, int jarg2) {
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t arg2 ;
+  
+  arg1 = (struct lumen_layer_options *)jarg1; 
+  arg2 = (int32_t)jarg2; 
+  if (arg1) (arg1)->allow_neg_eigval = arg2;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_AllowNegEigval_get___(void * jarg1) {
+  int jresult ;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t result;
+  
+  arg1 = (struct lumen_layer_options *)jarg1; 
+  result = (int32_t) ((arg1)->allow_neg_eigval);
+  jresult = result; 
+  return jresult;
+}
+
+
 SWIGEXPORT void * SWIGSTDCALL CSharp_LumenfCApi_new_LayerOptions___() {
   void * jresult ;
   struct lumen_layer_options *result = 0 ;

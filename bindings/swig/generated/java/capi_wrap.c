@@ -1098,6 +1098,46 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1convActivation
 }
 
 
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1allowNegEigval_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jint jarg2) {
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_options **)&jarg1; 
+  arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->allow_neg_eigval = arg2;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1allowNegEigval_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jint jresult = 0 ;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
+  result = (int32_t) ((arg1)->allow_neg_eigval);
+  jresult = (jint)result; 
+  return jresult;
+}
+
+
 SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_new_1LayerOptions(JNIEnv *jenv, jclass jcls) {
   jlong jresult = 0 ;
   struct lumen_layer_options *result = 0 ;

@@ -231,6 +231,7 @@ class lumen_layer_options(object):
     state_dtype = property(_capi.lumen_layer_options_state_dtype_get, _capi.lumen_layer_options_state_dtype_set)
     conv_size = property(_capi.lumen_layer_options_conv_size_get, _capi.lumen_layer_options_conv_size_set)
     conv_activation = property(_capi.lumen_layer_options_conv_activation_get, _capi.lumen_layer_options_conv_activation_set)
+    allow_neg_eigval = property(_capi.lumen_layer_options_allow_neg_eigval_get, _capi.lumen_layer_options_allow_neg_eigval_set)
 
     def __init__(self):
         _capi.lumen_layer_options_swiginit(self, _capi.new_lumen_layer_options())
@@ -294,8 +295,8 @@ def lumen_model_builder_add_layer(builder, options):
     Appends a layer. The options are validated now: a known family; H, K, V >= 1 and HV a
     multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite
     and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize
-    are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and
-    ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
+    are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw
+    gated_delta_net's, kda's and ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
     conv_activation. On success the new layer's index is written to
     *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming
     the problem.
@@ -587,8 +588,9 @@ class lumen_layer_inputs(object):
     A struct_size of 0.1.0's struct (without `stream`) is accepted and means stream NULL.
 
     Values are checked before anything runs: NaN or infinity in any input, g > 0 as a log-decay
-    (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
-    beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
+    (any finite value with gate_raw), and beta outside [0, 1] ([0, 2] with allow_neg_eigval; any
+    finite logit with beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the
+    tensor, the token
     (and, in a call of several sessions, which session's token), the head and the channel; no
     session changes. On GPU engines a call over device buffers reports this later (see "GPU
     engines").

@@ -1,5 +1,6 @@
 package org.lumen;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -186,6 +187,32 @@ class IdiomsTest {
             sameFields(raw, i == 0 ? gated : linear);
           }
         }
+      }
+    }
+  }
+
+  @Test
+  void allowNegEigvalTakesBetaUpToTwo() {
+    // fla's allow_neg_eigval: beta in [0, 2]. One token from a zero state with a unit key:
+    // the state becomes beta k v^T, so o = beta (q . k) v.
+    float[] q = {1, 0, 0, 0}, k = {1, 0, 0, 0}, v = {1, 2, 3, 4};
+    try (ModelBuilder builder = new ModelBuilder()) {
+      builder.addLayer(new LayerOptions(Family.DELTA_NET).numHeads(1).keyDim(4).valueDim(4)
+          .scale(1).allowNegEigval(true));
+      builder.addLayer(new LayerOptions(Family.DELTA_NET).numHeads(1).keyDim(4).valueDim(4)
+          .scale(1));
+      try (Model model = builder.build(); Engine engine = new Engine(model);
+           Session session = engine.newSession()) {
+        assertTrue(model.layerOptions(0).allowNegEigval());
+        float[] o = session.step(0, q, k, v, null, new float[] {1.5f});
+        assertArrayEquals(new float[] {1.5f, 3, 4.5f, 6}, o);
+        LumenException twoAndAHalf = assertThrows(LumenException.class,
+            () -> session.step(0, q, k, v, null, new float[] {2.5f}));
+        assertTrue(twoAndAHalf.getMessage().contains("must lie in [0, 2]"),
+                   twoAndAHalf.getMessage());
+        LumenException without = assertThrows(LumenException.class,
+            () -> session.step(1, q, k, v, null, new float[] {1.5f}));
+        assertTrue(without.getMessage().contains("must lie in [0, 1]"), without.getMessage());
       }
     }
   }
