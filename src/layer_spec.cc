@@ -157,6 +157,17 @@ absl::Status LayerSpecFromOptions(const lumen_layer_options& user_options, Layer
       spec.family != Family::kSsd) {
     return Invalid(spec, "gate_raw applies to gated_delta_net, kda and ssd layers only");
   }
+  if (!std::isfinite(options.gate_lower_bound) || options.gate_lower_bound > 0.0f) {
+    return Invalid(spec, "gate_lower_bound must be finite and <= 0 (0: the unbounded raw gate)");
+  }
+  // -0 is off too, so that it hashes as 0 in the snapshot fingerprint.
+  spec.gate_lower_bound = options.gate_lower_bound < 0.0f ? options.gate_lower_bound : 0.0f;
+  if (spec.gate_lower_bound != 0.0f &&
+      (!spec.gate_raw ||
+       (spec.family != Family::kGatedDeltaNet && spec.family != Family::kKda))) {
+    return Invalid(spec, "gate_lower_bound applies to gated_delta_net and kda layers with "
+                         "gate_raw only (it bounds the raw gate)");
+  }
 
   if (options.state_dtype != LUMEN_DTYPE_FLOAT32 && options.state_dtype != LUMEN_DTYPE_BFLOAT16) {
     return Invalid(spec, absl::StrCat("state_dtype ", options.state_dtype,

@@ -37,6 +37,8 @@ struct LayerSpec {
   bool beta_sigmoid = false;
   bool allow_neg_eigval = false;  // beta in [0, 2]: 2 * sigmoid(logit) with beta_sigmoid
   bool gate_raw = false;
+  // < 0 with gate_raw: g = gate_lower_bound * sigmoid(exp(A_log) (g + dt_bias)); 0: off.
+  float gate_lower_bound = 0.0f;
   DType state_dtype = DType::kFloat32;
   std::vector<float> a_log;     // [HV] with gate_raw
   std::vector<float> dt_bias;   // [HV] (gated_delta_net, ssd) or [HV * K] (kda) with gate_raw

@@ -60,9 +60,10 @@ uint64_t Fingerprint(const std::vector<LayerSpec>& layers) {
     }
     // A layer with one of fla's options that change the math adds a second tagged
     // extension; layers without any hash as before.
-    if (layer.allow_neg_eigval) {
+    if (layer.allow_neg_eigval || layer.gate_lower_bound != 0.0f) {
       Append(bytes, kFlaOptionsTag);
       Append(bytes, static_cast<int32_t>(layer.allow_neg_eigval));
+      Append(bytes, layer.gate_lower_bound);
     }
   }
   return Checksum(bytes.data(), static_cast<int64_t>(bytes.size()));

@@ -10,7 +10,7 @@ namespace {
 // zero check beyond sizeof would not see it.
 #define LUMEN_ENDS_AT_LAST_FIELD(type, last) \
   static_assert(offsetof(type, last) + sizeof(type::last) == sizeof(type))
-LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_options, allow_neg_eigval);
+LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_options, gate_lower_bound);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_engine_options, spill_directory);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_inputs, stream);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_output, o_count);

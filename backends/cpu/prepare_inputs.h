@@ -45,7 +45,8 @@ struct PreparedInputs {
 
   bool q_transform = false;   // q rows still need l2norm / feature map / scale
   bool k_transform = false;   // k rows still need l2norm / feature map (k takes no scale)
-  bool g_raw = false;         // g holds raw gates: log-decay = -exp(A_log) softplus(g + dt_bias)
+  bool g_raw = false;         // g holds raw gates: log-decay = -exp(A_log) softplus(g + dt_bias),
+                              // or the lower-bounded gate (LayerSpec::gate_lower_bound)
   bool v_times_dt = false;    // Mamba-2: v rows still need scaling by the head's dt
   bool beta_logits = false;   // beta holds logits: sigmoid still to apply
   float beta_logit_scale = 1.0f;  // beta = scale * sigmoid(logit): 2 with allow_neg_eigval

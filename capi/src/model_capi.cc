@@ -155,6 +155,7 @@ lumen_status lumen_model_layer_options(const lumen_model* model, int32_t layer,
   options.beta_sigmoid = spec.beta_sigmoid;
   options.allow_neg_eigval = spec.allow_neg_eigval;
   options.gate_raw = spec.gate_raw;
+  options.gate_lower_bound = spec.gate_lower_bound;
   options.state_dtype = static_cast<int32_t>(spec.state_dtype);
   options.conv_size = spec.conv_size;
   options.conv_activation = static_cast<int32_t>(spec.conv_activation);

@@ -339,11 +339,12 @@ TEST_CASE("struct_size: a size between fields from the first version up is accep
               "LUMEN_ERROR_INVALID_ARGUMENT.");
   Calls calls;
   // lumen_layer_options: 0.1.0's struct ended before conv_size; conv_size and conv_activation
-  // came in 0.2, allow_neg_eigval in 0.4.
+  // came in 0.2, allow_neg_eigval and gate_lower_bound in 0.4.
   CheckSizesUpToSizeof("lumen_layer_options", calls.layer,
                        offsetof(lumen_layer_options, conv_size),
                        {offsetof(lumen_layer_options, conv_activation),
                         offsetof(lumen_layer_options, allow_neg_eigval),
+                        offsetof(lumen_layer_options, gate_lower_bound),
                         sizeof(lumen_layer_options)},
                        [&](const lumen_layer_options* o) { return calls.AddLayer(o); });
   // lumen_layer_inputs: 0.1.0's struct ended before stream.
@@ -391,6 +392,8 @@ TEST_CASE("struct_size: the fields beyond an older caller's size take their defa
                              LUMEN_CONV_ACTIVATION_SILU, 0},
                         Case{offsetof(lumen_layer_options, allow_neg_eigval), 3,
                              LUMEN_CONV_ACTIVATION_NONE, 0},
+                        Case{offsetof(lumen_layer_options, gate_lower_bound), 3,
+                             LUMEN_CONV_ACTIVATION_NONE, 1},
                         Case{sizeof(lumen_layer_options), 3, LUMEN_CONV_ACTIVATION_NONE, 1}}) {
     INFO("struct_size " << c.size);
     lumen_model_builder* builder = nullptr;

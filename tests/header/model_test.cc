@@ -84,6 +84,7 @@ TEST_CASE("add_layer rejects bad options with INVALID_ARGUMENT naming the proble
       {"feature_map", [](lumen_layer_options& o) { o.feature_map = LUMEN_FEATURE_MAP_RELU; }},
       {"beta_sigmoid", [](lumen_layer_options& o) { o.beta_sigmoid = 1; }},
       {"allow_neg_eigval", [](lumen_layer_options& o) { o.allow_neg_eigval = 1; }},
+      {"gate_lower_bound", [](lumen_layer_options& o) { o.gate_lower_bound = -5.0f; }},
       {"qk_l2norm", [](lumen_layer_options& o) { o.qk_l2norm = 2; }},
       {"state_dtype", [](lumen_layer_options& o) { o.state_dtype = LUMEN_DTYPE_FLOAT16; }},
       {"conv_size", [](lumen_layer_options& o) { o.conv_size = 65; }},
@@ -289,6 +290,7 @@ TEST_CASE("lumen_model_layer_options writes the whole fields inside the caller's
   const uint32_t v0 = offsetof(lumen_layer_options, conv_size);
   const uint32_t with_conv_size = offsetof(lumen_layer_options, conv_activation);
   const uint32_t v02 = offsetof(lumen_layer_options, allow_neg_eigval);
+  const uint32_t with_eigval = offsetof(lumen_layer_options, gate_lower_bound);
   const uint32_t full = sizeof(lumen_layer_options);
   struct Case {
     uint32_t declared, written;
@@ -296,7 +298,8 @@ TEST_CASE("lumen_model_layer_options writes the whole fields inside the caller's
   for (const Case& c : {Case{v0, v0}, Case{v0 + 1, v0}, Case{v0 + 3, v0},
                         Case{with_conv_size, with_conv_size},
                         Case{with_conv_size + 2, with_conv_size}, Case{v02, v02},
-                        Case{v02 + 2, v02}, Case{full, full},
+                        Case{v02 + 2, v02}, Case{with_eigval, with_eigval},
+                        Case{with_eigval + 1, with_eigval}, Case{full, full},
                         Case{full + 16, full}, Case{4096, full}, Case{0, v0}, Case{v0 - 1, v0},
                         Case{4097, v0}}) {
     INFO("struct_size " << c.declared);

@@ -37,6 +37,7 @@ struct RefLayer {
   bool beta_sigmoid = false;
   bool allow_neg_eigval = false;  // beta in [0, 2]: 2 * sigmoid(logit) with beta_sigmoid
   bool gate_raw = false;
+  float gate_lower_bound = 0.0f;  // < 0 with gate_raw: fla's lower-bounded gate
   int32_t state_dtype = LUMEN_DTYPE_FLOAT32;
   std::vector<float> a_log;    // [HV] with gate_raw
   std::vector<float> dt_bias;  // [HV] (gated_delta_net, ssd) or [HV * K] (kda) with gate_raw

@@ -115,6 +115,11 @@ TEST_CASE("a snapshot of another model gives MODEL_MISMATCH naming what differs"
   }
   {
     auto l = MixedLayers(kDims);
+    l[0].options.gate_lower_bound = -5.0f;  // fla's lower-bounded gate on the same parameters
+    variants.push_back({"other option (gate_lower_bound)", l, {"options or parameters"}});
+  }
+  {
+    auto l = MixedLayers(kDims);
     l[2].options.scale = 0.5f;
     variants.push_back({"other option (scale)", l, {"options or parameters"}});
   }

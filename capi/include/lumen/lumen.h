@@ -279,7 +279,8 @@ LUMEN_API const char* lumen_backend_string(int32_t backend);
  */
 typedef enum lumen_param {
   /** [HV], needed with gate_raw (gated_delta_net, kda, ssd): g = -exp(A_log[h]) * dt, where
-   *  dt = softplus(g_raw + dt_bias). */
+   *  dt = softplus(g_raw + dt_bias); with gate_lower_bound, g = gate_lower_bound *
+   *  sigmoid(exp(A_log[h]) * (g_raw + dt_bias)). */
   LUMEN_PARAM_A_LOG = 0,
   /** [HV] for gated_delta_net and ssd, [HV * K] for kda; needed with gate_raw. */
   LUMEN_PARAM_DT_BIAS = 1,
@@ -362,10 +363,15 @@ typedef struct lumen_layer_options {
                              each of q, k and v, with weights LUMEN_PARAM_CONV_*_WEIGHT and a
                              window of the last W-1 inputs in the session (LUMEN_STATE_CONV_*) */
   int32_t conv_activation;/* lumen_conv_activation after the convolution; default SILU */
-  /* Since 0.4 (struct_size tells whether a caller has it): fla's layer options. */
+  /* Since 0.4 (struct_size tells whether a caller has them): fla's layer options. */
   int32_t allow_neg_eigval;/* 0/1, delta family only: beta may lie in [0, 2], so the state's
                              transition may have negative eigenvalues (fla's allow_neg_eigval);
                              with beta_sigmoid beta = 2 * sigmoid(logit) */
+  float gate_lower_bound; /* 0 (default: the raw gate above) or a finite value < 0, with
+                             gate_raw on gated_delta_net and kda: the lower-bounded gate
+                             g = gate_lower_bound * sigmoid(exp(A_log) * (g_raw + dt_bias)),
+                             in (gate_lower_bound, 0) (fla's lower_bound, as with safe_gate;
+                             fla's form without A_log is A_log = 0) */
 } lumen_layer_options;
 
 /** Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32;
@@ -417,7 +423,8 @@ LUMEN_API void lumen_model_builder_destroy(lumen_model_builder* builder);
  * multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite
  * and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize
  * are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw
- * gated_delta_net's, kda's and ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
+ * gated_delta_net's, kda's and ssd's, gate_lower_bound (finite, <= 0) gated_delta_net's and
+ * kda's with gate_raw; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
  * conv_activation. On success the new layer's index is written to
  * *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming
  * the problem.

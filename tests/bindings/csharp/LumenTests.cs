@@ -338,6 +338,38 @@ public static class LumenTests {
     }
   }
 
+  // gated_delta_net, K = V = 1, A_log = dt_bias = 0, raw gates 0: the lower-bounded gate is
+  // -2 * sigmoid(0) = -1, the raw gate -softplus(0) = -ln 2. A first token writes S = 1 (beta
+  // 1); a second with beta 0 only decays it, so it reads exp(g).
+  static void GateLowerBoundIsFlasLowerBoundedGate() {
+    var one = new float[] {1}; var zero = new float[] {0};
+    Model model;
+    using (var builder = new ModelBuilder()) {
+      foreach (float bound in new float[] {-2, 0}) {
+        using (var layer = Layer(LumenFamily.GATED_DELTA_NET, 1, 1, 1, 1)) {
+          layer.GateRaw = true;
+          layer.GateLowerBound = bound;
+          int index = builder.AddLayer(layer);
+          builder.SetParam(index, LumenParam.A_LOG, zero);
+          builder.SetParam(index, LumenParam.DT_BIAS, zero);
+        }
+      }
+      model = builder.Build();
+    }
+    using (model)
+    using (var options = new EngineOptions { NumThreads = 1 })
+    using (var engine = new Engine(model, options))
+    using (Session session = engine.NewSession()) {
+      using (var built = model.LayerOptions(0)) Check(built.GateLowerBound == -2, "the bound reads back");
+      for (int layer = 0; layer < 2; ++layer) {
+        Check(session.Step(layer, one, one, one, zero, one)[0] == 1, "the first token writes S = 1");
+        double read = session.Step(layer, one, one, one, zero, zero)[0];
+        double expected = layer == 0 ? Math.Exp(-1) : 0.5;
+        Check(Math.Abs(read - expected) <= 1e-6, "layer " + layer + " reads " + read);
+      }
+    }
+  }
+
   static void ReservingScratchChecksItsArguments() {
     using (Engine engine = NewEngine(out Model model))
     using (model)
@@ -613,7 +645,7 @@ public static class LumenTests {
       BatchedStepAndVarlenPrefillMatchSingleSessions, SnapshotRoundTripsThroughBytesAndAFile,
       StoresSaveAndLoadByKeyWithVersions, SessionsBeyondTheBudgetSpillAndComeBackBitForBit,
       BadCallsThrowWithTheLibraryMessage, AllowNegEigvalTakesBetaUpToTwo,
-      ReservingScratchChecksItsArguments,
+      GateLowerBoundIsFlasLowerBoundedGate, ReservingScratchChecksItsArguments,
       TextFieldsFreeTheirCopies, NativeMemoryIsReleased, DroppedSessionsStayWithinAMemoryBound,
       DroppedSessionsCauseFullCollections, DisposeWaitsForACallInProgress,
       EnumsAndFlagsNeedNoCasts, PresetsAreLayerOptionsFactories, SpansMatchArrays,

@@ -388,6 +388,56 @@ def test_allow_neg_eigval_takes_beta_in_0_2_as_fla_does():
             session.step(0, q[0], k[0], v[0], g=g[0], beta=np.full(HV, 2.5, np.float32))
 
 
+def kda_reference(q, k, v, log_decay, beta, scale):
+    """KDA's recurrence (docs/spec.md §2) in float64: per-channel decay, erase, write, read."""
+    tokens = q.shape[0]
+    state = np.zeros((HV, K, V))
+    out = np.zeros((tokens, HV, V))
+    for t in range(tokens):
+        for hv in range(HV):
+            h = hv // (HV // H)
+            s = state[hv] * np.exp(log_decay[t, hv])[:, None]
+            s = s + np.outer(k[t, h], beta[t, hv] * (v[t, hv] - s.T @ k[t, h]))
+            state[hv] = s
+            out[t, hv] = s.T @ (scale * q[t, h])
+    return out
+
+
+def naive_kda_lowerbound_gate(g, A_log, dt_bias, lower_bound):
+    """fla's fla/ops/kda/gate.py naive_kda_lowerbound_gate, in numpy float64: A_log may be None."""
+    g = g + dt_bias.reshape(HV, K)
+    if A_log is not None:
+        g = np.exp(A_log).reshape(HV, 1) * g
+    return lower_bound / (1.0 + np.exp(-g))
+
+
+def test_gate_lower_bound_is_flas_lower_bounded_gate():
+    """fla's lower_bound on KDA: g = lower_bound * sigmoid(exp(A_log) * (g_raw + dt_bias)); its
+    form without A_log is A_log = 0 here."""
+    rng = np.random.default_rng(9)
+    tokens = 7
+    q, k, v, _, beta = random_inputs(rng, tokens)
+    g_raw = rng.standard_normal((tokens, HV, K)).astype(np.float32)
+    a_log = rng.uniform(0.0, np.log(16.0), HV).astype(np.float32)
+    dt_bias = rng.uniform(-1.0, 1.0, HV * K).astype(np.float32)
+    with lumen.ModelBuilder() as builder:
+        for layer, layer_a_log in enumerate((a_log, np.zeros(HV, np.float32))):
+            builder.add_layer(family="kda", num_heads=H, num_value_heads=HV, key_dim=K,
+                              value_dim=V, gate_raw=True, gate_lower_bound=-5.0)
+            builder.set_param(layer, "a_log", layer_a_log)
+            builder.set_param(layer, "dt_bias", dt_bias)
+        model = builder.build()
+    as_double = [x.astype(np.float64) for x in (q, k, v)]
+    with model, lumen.Engine(model, num_threads=1) as engine, lumen.Session(engine) as session:
+        assert model.layer_options(0).gate_lower_bound == -5.0
+        for layer, fla_a_log in ((0, a_log.astype(np.float64)), (1, None)):
+            gates = naive_kda_lowerbound_gate(g_raw.astype(np.float64), fla_a_log,
+                                              dt_bias.astype(np.float64), -5.0)
+            expected = kda_reference(*as_double, gates, beta.astype(np.float64), K ** -0.5)
+            out = session.prefill(layer, q, k, v, g=g_raw, beta=beta)
+            assert relative_rms(out, expected) <= 1e-4
+
+
 def test_presets_and_conv_windows():
     """A preset layer at small dims with its short convolution: the windows are state parts
     [C, W-1] holding the last W-1 raw inputs, oldest first."""

@@ -26,6 +26,7 @@ public final class LayerOptions {
   private boolean betaSigmoid;
   private boolean gateRaw;
   private boolean allowNegEigval;
+  private float gateLowerBound;
   private Dtype stateDtype;
   private int convSize;
   private ConvActivation convActivation;
@@ -92,6 +93,7 @@ public final class LayerOptions {
     betaSigmoid = options.getBetaSigmoid() != 0;
     gateRaw = options.getGateRaw() != 0;
     allowNegEigval = options.getAllowNegEigval() != 0;
+    gateLowerBound = options.getGateLowerBound();
     stateDtype = Dtype.of(options.getStateDtype());
     convSize = options.getConvSize();
     convActivation = ConvActivation.of(options.getConvActivation());
@@ -114,6 +116,7 @@ public final class LayerOptions {
     options.setBetaSigmoid(betaSigmoid ? 1 : 0);
     options.setGateRaw(gateRaw ? 1 : 0);
     options.setAllowNegEigval(allowNegEigval ? 1 : 0);
+    options.setGateLowerBound(gateLowerBound);
     options.setStateDtype(stateDtype.value());
     options.setConvSize(convSize);
     options.setConvActivation(convActivation.value());
@@ -228,6 +231,17 @@ public final class LayerOptions {
     return this;
   }
 
+  /** The lower bound of the raw gate (0: the unbounded raw gate). */
+  public float gateLowerBound() { return gateLowerBound; }
+  /**
+   * Sets fla's lower-bounded gate (lower_bound; gated_delta_net and kda with gateRaw): g =
+   * bound * sigmoid(exp(A_log) * (g + dt_bias)), in (bound, 0); 0 (default) keeps the raw gate.
+   */
+  public LayerOptions gateLowerBound(float gateLowerBound) {
+    this.gateLowerBound = gateLowerBound;
+    return this;
+  }
+
   /** The dtype of the stored state. */
   public Dtype stateDtype() { return stateDtype; }
   /** Sets the dtype of the stored state: FLOAT32 (default) or BFLOAT16. */
@@ -258,7 +272,8 @@ public final class LayerOptions {
         + numValueHeads + ", keyDim=" + keyDim + ", valueDim=" + valueDim + ", scale=" + scale
         + ", featureMap=" + featureMap + ", normalize=" + normalize + ", normalizeEps="
         + normalizeEps + ", qkL2norm=" + qkL2norm + ", betaSigmoid=" + betaSigmoid
-        + ", gateRaw=" + gateRaw + ", allowNegEigval=" + allowNegEigval + ", stateDtype=" + stateDtype + ", convSize=" + convSize
+        + ", gateRaw=" + gateRaw + ", allowNegEigval=" + allowNegEigval + ", gateLowerBound=" + gateLowerBound
+        + ", stateDtype=" + stateDtype + ", convSize=" + convSize
         + ", convActivation=" + convActivation + "]";
   }
 }

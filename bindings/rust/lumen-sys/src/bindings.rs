@@ -103,7 +103,8 @@ extern "C" {
     pub fn lumen_backend_string(backend: i32) -> *const ::std::os::raw::c_char;
 }
 #[doc = " [HV], needed with gate_raw (gated_delta_net, kda, ssd): g = -exp(A_log[h]) * dt, where"]
-#[doc = "  dt = softplus(g_raw + dt_bias)."]
+#[doc = "  dt = softplus(g_raw + dt_bias); with gate_lower_bound, g = gate_lower_bound *"]
+#[doc = "  sigmoid(exp(A_log[h]) * (g_raw + dt_bias))."]
 pub const LUMEN_PARAM_A_LOG: lumen_param = 0;
 #[doc = " [HV] for gated_delta_net and ssd, [HV * K] for kda; needed with gate_raw."]
 pub const LUMEN_PARAM_DT_BIAS: lumen_param = 1;
@@ -179,12 +180,13 @@ pub struct lumen_layer_options {
     pub conv_size: i32,
     pub conv_activation: i32,
     pub allow_neg_eigval: i32,
+    pub gate_lower_bound: f32,
 }
 #[test]
 fn bindgen_test_layout_lumen_layer_options() {
     assert_eq!(
         ::std::mem::size_of::<lumen_layer_options>(),
-        68usize,
+        72usize,
         concat!("Size of: ", stringify!(lumen_layer_options))
     );
     assert_eq!(
@@ -481,6 +483,23 @@ fn bindgen_test_layout_lumen_layer_options() {
         );
     }
     test_field_allow_neg_eigval();
+    fn test_field_gate_lower_bound() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_layer_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).gate_lower_bound) as usize - ptr as usize
+            },
+            68usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_layer_options),
+                "::",
+                stringify!(gate_lower_bound)
+            )
+        );
+    }
+    test_field_gate_lower_bound();
 }
 extern "C" {
     #[doc = " Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32;"]
@@ -521,7 +540,8 @@ extern "C" {
     #[doc = " multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite"]
     #[doc = " and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize"]
     #[doc = " are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw"]
-    #[doc = " gated_delta_net's, kda's and ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known"]
+    #[doc = " gated_delta_net's, kda's and ssd's, gate_lower_bound (finite, <= 0) gated_delta_net's and"]
+    #[doc = " kda's with gate_raw; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known"]
     #[doc = " conv_activation. On success the new layer's index is written to"]
     #[doc = " *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming"]
     #[doc = " the problem."]

@@ -190,6 +190,9 @@ impl LayerOptions {
         /// beta may lie in [0, 2], so the state's transition may have negative eigenvalues
         /// (fla's allow_neg_eigval; delta families): with beta_sigmoid, beta = 2 sigmoid(logit).
         allow_neg_eigval: allow_neg_eigval as bool => i32::from;
+        /// fla's lower-bounded gate (lower_bound; gated_delta_net and kda with gate_raw):
+        /// g = bound * sigmoid(exp(A_log) (g + dt_bias)), in (bound, 0); 0 keeps the raw gate.
+        gate_lower_bound: gate_lower_bound as f32 => |x| x;
         /// The element type the session stores the state in.
         state_dtype: state_dtype as DType => |d| d.0;
         /// W, the width of the q/k/v convolutions (0: none).

@@ -2,7 +2,7 @@
 //! errors, bf16 inputs and that native memory is released.
 use lumen::{
     Backend, Bf16, DType, Engine, EngineOptions, Family, Inputs, LayerOptions, Model, ModelBuilder,
-    Reservation, Session, SnapshotOptions, StatePart, Status, Store, StoreSaveOptions,
+    Param, Reservation, Session, SnapshotOptions, StatePart, Status, Store, StoreSaveOptions,
 };
 
 const H: usize = 2;
@@ -257,6 +257,34 @@ fn allow_neg_eigval_takes_beta_up_to_two() {
     assert!(error.message().contains("must lie in [0, 2]"), "{}", error);
     let error = session.step(1, &Inputs::new(&q, &k, &v).beta(&[1.5]), &mut o).unwrap_err();
     assert!(error.message().contains("must lie in [0, 1]"), "{}", error);
+}
+
+/// gated_delta_net, K = V = 1, A_log = dt_bias = 0, raw gates 0: the lower-bounded gate is
+/// -2 sigmoid(0) = -1, the raw gate -softplus(0) = -ln 2. A first token writes S = 1 (beta 1);
+/// a second with beta 0 only decays it, so it reads exp(g).
+#[test]
+fn gate_lower_bound_is_flas_lower_bounded_gate() {
+    let mut builder = ModelBuilder::new().unwrap();
+    for bound in [-2.0f32, 0.0] {
+        let index = builder
+            .add_layer(&layer(Family::GATED_DELTA_NET, 1, 1, 1, 1).gate_raw(true)
+                .gate_lower_bound(bound))
+            .unwrap();
+        builder.set_param(index, Param::A_LOG, &[0.0]).unwrap();
+        builder.set_param(index, Param::DT_BIAS, &[0.0]).unwrap();
+    }
+    let model = builder.build().unwrap();
+    assert_eq!(model.layer_options(0).unwrap().raw_mut().gate_lower_bound, -2.0);
+    let engine = Engine::new(&model, Some(&EngineOptions::default().threads(1))).unwrap();
+    let mut session = engine.session().unwrap();
+    let (one, zero) = ([1f32], [0f32]);
+    let mut o = [0f32];
+    for (index, expected) in [(0, (-1f64).exp()), (1, 0.5)] {
+        session.step(index, &Inputs::new(&one, &one, &one).g(&zero).beta(&one), &mut o).unwrap();
+        assert_eq!(o[0], 1.0);
+        session.step(index, &Inputs::new(&one, &one, &one).g(&zero).beta(&zero), &mut o).unwrap();
+        assert!((f64::from(o[0]) - expected).abs() <= 1e-6, "layer {}: {}", index, o[0]);
+    }
 }
 
 #[test]

@@ -307,6 +307,12 @@ class CapiPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_AllowNegEigval_get___")]
   public static extern int LayerOptions_AllowNegEigval_get(global::System.Runtime.InteropServices.HandleRef jarg1);
 
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_GateLowerBound_set___")]
+  public static extern void LayerOptions_GateLowerBound_set(global::System.Runtime.InteropServices.HandleRef jarg1, float jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_GateLowerBound_get___")]
+  public static extern float LayerOptions_GateLowerBound_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_new_LayerOptions___")]
   public static extern global::System.IntPtr new_LayerOptions();
 

@@ -226,6 +226,16 @@ public partial class LayerOptions : global::System.IDisposable {
   
   }
 
+  public float GateLowerBound {
+    set {
+      CapiPINVOKE.LayerOptions_GateLowerBound_set(swigCPtr, value);
+    } 
+    get {
+      float ret = CapiPINVOKE.LayerOptions_GateLowerBound_get(swigCPtr);
+      return ret;
+    } 
+  }
+
   public LayerOptions() : this(CapiPINVOKE.new_LayerOptions(), true) {
   }
 

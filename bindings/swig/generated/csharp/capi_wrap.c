@@ -756,6 +756,28 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_AllowNegEigval_get___(
 }
 
 
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_GateLowerBound_set___(void * jarg1, float jarg2) {
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  float arg2 ;
+  
+  arg1 = (struct lumen_layer_options *)jarg1; 
+  arg2 = (float)jarg2; 
+  if (arg1) (arg1)->gate_lower_bound = arg2;
+}
+
+
+SWIGEXPORT float SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_GateLowerBound_get___(void * jarg1) {
+  float jresult ;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  float result;
+  
+  arg1 = (struct lumen_layer_options *)jarg1; 
+  result = (float) ((arg1)->gate_lower_bound);
+  jresult = result; 
+  return jresult;
+}
+
+
 SWIGEXPORT void * SWIGSTDCALL CSharp_LumenfCApi_new_LayerOptions___() {
   void * jresult ;
   struct lumen_layer_options *result = 0 ;

@@ -1138,6 +1138,46 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1allowNegEigval
 }
 
 
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1gateLowerBound_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jfloat jarg2) {
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  float arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_options **)&jarg1; 
+  arg2 = (float)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->gate_lower_bound = arg2;
+}
+
+
+SWIGEXPORT jfloat JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1gateLowerBound_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jfloat jresult = 0 ;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  float result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
+  result = (float) ((arg1)->gate_lower_bound);
+  jresult = (jfloat)result; 
+  return jresult;
+}
+
+
 SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_new_1LayerOptions(JNIEnv *jenv, jclass jcls) {
   jlong jresult = 0 ;
   struct lumen_layer_options *result = 0 ;

@@ -167,7 +167,8 @@ def lumen_backend_string(backend):
 LUMEN_PARAM_A_LOG = _capi.LUMEN_PARAM_A_LOG
 r"""
     [HV], needed with gate_raw (gated_delta_net, kda, ssd): g = -exp(A_log[h]) * dt, where
-    dt = softplus(g_raw + dt_bias).
+    dt = softplus(g_raw + dt_bias); with gate_lower_bound, g = gate_lower_bound *
+    sigmoid(exp(A_log[h]) * (g_raw + dt_bias)).
     """
 LUMEN_PARAM_DT_BIAS = _capi.LUMEN_PARAM_DT_BIAS
 r""" [HV] for gated_delta_net and ssd, [HV * K] for kda; needed with gate_raw."""
@@ -232,6 +233,7 @@ class lumen_layer_options(object):
     conv_size = property(_capi.lumen_layer_options_conv_size_get, _capi.lumen_layer_options_conv_size_set)
     conv_activation = property(_capi.lumen_layer_options_conv_activation_get, _capi.lumen_layer_options_conv_activation_set)
     allow_neg_eigval = property(_capi.lumen_layer_options_allow_neg_eigval_get, _capi.lumen_layer_options_allow_neg_eigval_set)
+    gate_lower_bound = property(_capi.lumen_layer_options_gate_lower_bound_get, _capi.lumen_layer_options_gate_lower_bound_set)
 
     def __init__(self):
         _capi.lumen_layer_options_swiginit(self, _capi.new_lumen_layer_options())
@@ -296,7 +298,8 @@ def lumen_model_builder_add_layer(builder, options):
     multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite
     and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize
     are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw
-    gated_delta_net's, kda's and ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
+    gated_delta_net's, kda's and ssd's, gate_lower_bound (finite, <= 0) gated_delta_net's and
+    kda's with gate_raw; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
     conv_activation. On success the new layer's index is written to
     *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming
     the problem.

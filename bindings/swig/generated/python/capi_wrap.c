@@ -4820,6 +4820,66 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_lumen_layer_options_gate_lower_bound_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_layer_options_gate_lower_bound_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_gate_lower_bound_set" "', argument " "1"" of type '" "struct lumen_layer_options *""'"); 
+  }
+  arg1 = (struct lumen_layer_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_layer_options_gate_lower_bound_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->gate_lower_bound = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_layer_options_gate_lower_bound_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_gate_lower_bound_get" "', argument " "1"" of type '" "struct lumen_layer_options *""'"); 
+  }
+  arg1 = (struct lumen_layer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->gate_lower_bound);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_lumen_layer_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct lumen_layer_options *result = 0 ;
@@ -10264,6 +10324,8 @@ static PyMethodDef SwigMethods[] = {
 	 { "lumen_layer_options_conv_activation_get", _wrap_lumen_layer_options_conv_activation_get, METH_O, NULL},
 	 { "lumen_layer_options_allow_neg_eigval_set", _wrap_lumen_layer_options_allow_neg_eigval_set, METH_VARARGS, NULL},
 	 { "lumen_layer_options_allow_neg_eigval_get", _wrap_lumen_layer_options_allow_neg_eigval_get, METH_O, NULL},
+	 { "lumen_layer_options_gate_lower_bound_set", _wrap_lumen_layer_options_gate_lower_bound_set, METH_VARARGS, NULL},
+	 { "lumen_layer_options_gate_lower_bound_get", _wrap_lumen_layer_options_gate_lower_bound_get, METH_O, NULL},
 	 { "new_lumen_layer_options", _wrap_new_lumen_layer_options, METH_NOARGS, NULL},
 	 { "delete_lumen_layer_options", _wrap_delete_lumen_layer_options, METH_O, NULL},
 	 { "lumen_layer_options_swigregister", lumen_layer_options_swigregister, METH_O, NULL},
@@ -10305,7 +10367,8 @@ static PyMethodDef SwigMethods[] = {
 		"multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite\n"
 		"and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize\n"
 		"are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw\n"
-		"gated_delta_net's, kda's and ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known\n"
+		"gated_delta_net's, kda's and ssd's, gate_lower_bound (finite, <= 0) gated_delta_net's and\n"
+		"kda's with gate_raw; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known\n"
 		"conv_activation. On success the new layer's index is written to\n"
 		"*out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming\n"
 		"the problem.\n"

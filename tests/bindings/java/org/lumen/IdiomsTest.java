@@ -218,6 +218,31 @@ class IdiomsTest {
   }
 
   @Test
+  void gateLowerBoundIsFlasLowerBoundedGate() {
+    // gated_delta_net, K = V = 1, A_log = dt_bias = 0, raw gates 0: the lower-bounded gate is
+    // -2 * sigmoid(0) = -1, the raw gate -softplus(0) = -ln 2. A first token writes S = 1 (beta
+    // 1); a second with beta 0 only decays it, so it reads exp(g).
+    float[] one = {1}, zero = {0};
+    try (ModelBuilder builder = new ModelBuilder()) {
+      for (float bound : new float[] {-2, 0}) {
+        int layer = builder.addLayer(new LayerOptions(Family.GATED_DELTA_NET).numHeads(1)
+            .keyDim(1).valueDim(1).gateRaw(true).gateLowerBound(bound));
+        builder.setParam(layer, Param.A_LOG, new float[1]).setParam(layer, Param.DT_BIAS,
+                                                                     new float[1]);
+      }
+      try (Model model = builder.build(); Engine engine = new Engine(model);
+           Session session = engine.newSession()) {
+        assertEquals(-2.0f, model.layerOptions(0).gateLowerBound());
+        for (int layer = 0; layer < 2; ++layer) {
+          assertEquals(1.0f, session.step(layer, one, one, one, zero, one)[0]);
+          float read = session.step(layer, one, one, one, zero, zero)[0];
+          assertEquals(layer == 0 ? Math.exp(-1) : 0.5, read, 1e-6);
+        }
+      }
+    }
+  }
+
+  @Test
   void statusesBackendsAndClosedObjectsReadAsJava() {
     try (ModelBuilder builder = new ModelBuilder()) {
       builder.addLayer(new LayerOptions(Family.RETENTION).numHeads(1).keyDim(4).valueDim(4));

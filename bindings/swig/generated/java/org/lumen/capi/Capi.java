@@ -142,7 +142,8 @@ public class Capi implements CapiConstants {
    * multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite<br>
    * and &gt;= 0; 0/1 flags; and no option the family does not take (feature_map and normalize<br>
    * are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw<br>
-   * gated_delta_net's, kda's and ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known<br>
+   * gated_delta_net's, kda's and ssd's, gate_lower_bound (finite, &lt;= 0) gated_delta_net's and<br>
+   * kda's with gate_raw; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known<br>
    * conv_activation. On success the new layer's index is written to<br>
    * *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming<br>
    * the problem.

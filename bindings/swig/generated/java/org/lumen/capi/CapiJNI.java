@@ -54,6 +54,8 @@ public class CapiJNI {
   public final static native int LayerOptions_convActivation_get(long jarg1, LayerOptions jarg1_);
   public final static native void LayerOptions_allowNegEigval_set(long jarg1, LayerOptions jarg1_, int jarg2);
   public final static native int LayerOptions_allowNegEigval_get(long jarg1, LayerOptions jarg1_);
+  public final static native void LayerOptions_gateLowerBound_set(long jarg1, LayerOptions jarg1_, float jarg2);
+  public final static native float LayerOptions_gateLowerBound_get(long jarg1, LayerOptions jarg1_);
   public final static native long new_LayerOptions();
   public final static native void delete_LayerOptions(long jarg1);
   public final static native void lumen_layer_options_init(long jarg1, LayerOptions jarg1_);

@@ -181,6 +181,14 @@ public class LayerOptions implements AutoCloseable {
     return CapiJNI.LayerOptions_allowNegEigval_get(swigCPtr, this);
   }
 
+  public void setGateLowerBound(float value) {
+    CapiJNI.LayerOptions_gateLowerBound_set(swigCPtr, this, value);
+  }
+
+  public float getGateLowerBound() {
+    return CapiJNI.LayerOptions_gateLowerBound_get(swigCPtr, this);
+  }
+
   public LayerOptions() {
     this(CapiJNI.new_LayerOptions(), true);
   }
