@@ -352,7 +352,8 @@ typedef struct lumen_layer_options {
   float scale;            /* multiplies q; 0 means the default K^-0.5 (Mamba-2 uses 1) */
   int32_t feature_map;    /* lumen_feature_map; linear_attn only */
   int32_t normalize;      /* 0/1; linear_attn only: keep z and divide by q.z + eps */
-  float normalize_eps;    /* eps of normalize; 0 means 1e-6 */
+  float normalize_eps;    /* eps of normalize; 0 means 1e-6. fla's linear attention adds
+                             1e-10: set that to reproduce its outputs (docs/spec.md §2) */
   int32_t qk_l2norm;      /* 0/1: L2-normalise q and k inside the layer (before phi and scale) */
   int32_t beta_sigmoid;   /* 0/1: beta arrives as a logit (delta family only) */
   int32_t gate_raw;       /* 0/1: g arrives raw; needs A_log and dt_bias (gated_delta_net, kda,

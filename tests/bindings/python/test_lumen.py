@@ -438,6 +438,23 @@ def test_gate_lower_bound_is_flas_lower_bounded_gate():
             assert relative_rms(out, expected) <= 1e-4
 
 
+def test_normalizer_eps_default_and_flas():
+    """Linear attention's normaliser divides by q.z + eps: lumen's eps is 1e-6 by default,
+    fla's linear attention adds 1e-10. With q = k = 1e-3, v = 1, K = V = 1: 0.5 and 0.9999."""
+    one = dict(family="linear_attn", num_heads=1, key_dim=1, value_dim=1, normalize=True)
+    with lumen.ModelBuilder() as builder:
+        builder.add_layer(**one)
+        builder.add_layer(normalize_eps=1e-10, **one)
+        model = builder.build()
+    q = np.full((1, 1), 1e-3, np.float32)
+    with model, lumen.Engine(model, num_threads=1) as engine, lumen.Session(engine) as session:
+        assert model.layer_options(0).normalize_eps == np.float32(1e-6)
+        lumens = session.step(0, q, q, np.ones((1, 1), np.float32))
+        flas = session.step(1, q, q, np.ones((1, 1), np.float32))
+    assert abs(float(lumens[0, 0]) - 0.5) < 1e-4
+    assert abs(float(flas[0, 0]) - 0.9999) < 1e-4
+
+
 def test_presets_and_conv_windows():
     """A preset layer at small dims with its short convolution: the windows are state parts
     [C, W-1] holding the last W-1 raw inputs, oldest first."""

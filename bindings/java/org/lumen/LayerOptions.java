@@ -189,7 +189,10 @@ public final class LayerOptions {
 
   /** The eps of normalize (0: 1e-6). */
   public float normalizeEps() { return normalizeEps; }
-  /** Sets the eps of normalize (0: 1e-6). */
+  /**
+   * Sets the eps of normalize (0: 1e-6); fla's linear attention uses 1e-10: set that to match
+   * its outputs.
+   */
   public LayerOptions normalizeEps(float normalizeEps) {
     this.normalizeEps = normalizeEps;
     return this;

@@ -179,7 +179,8 @@ impl LayerOptions {
         feature_map: feature_map as FeatureMap => |f| f.0;
         /// Keeps the normaliser z and divides by q . z (linear attention).
         normalize: normalize as bool => i32::from;
-        /// The epsilon of that division; 0 means 1e-6.
+        /// The epsilon of that division; 0 means 1e-6 (fla's linear attention uses 1e-10: set that
+        /// to match it).
         normalize_eps: normalize_eps as f32 => |x| x;
         /// L2-normalises q and k inside the layer.
         qk_l2norm: qk_l2norm as bool => i32::from;
