@@ -86,6 +86,7 @@ LUMEN_ENUM_FIELD(memory, LumenMemory)
 LUMEN_ENUM_FIELD(backend, LumenBackend)
 LUMEN_ENUM_FIELD(conv_activation, LumenConvActivation)
 LUMEN_ENUM_FIELD(part, LumenStatePart)
+LUMEN_ENUM_FIELD(layout, LumenStateLayout)
 LUMEN_ENUM_FIELD(param, LumenParam)
 LUMEN_ENUM_FIELD(status, LumenStatus)
 

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lumen/lumen.h"
@@ -334,6 +336,46 @@ TEST_CASE("an unknown state part is INVALID_ARGUMENT", "[header]") {
     INFO("part " << part);
     int64_t count = -7;
     CHECK(Fails(lumen_model_state_count(stack.model.get(), 0, part, &count), {}) ==
+          LUMEN_ERROR_INVALID_ARGUMENT);
+    CHECK(count == -7);
+  }
+}
+
+TEST_CASE("state counts in fla's layout: a conv window holds W columns; an unknown part or "
+          "layout is INVALID_ARGUMENT",
+          "[header]") {
+  LUMEN_CLAIM("lumen_model_state_count_as",
+              "An unknown part or layout is LUMEN_ERROR_INVALID_ARGUMENT.");
+  RefLayer layer = SmallLayer(LUMEN_FAMILY_GLA);  // H = 2, HV = 4, K = V = 4
+  layer.value_dim = 3;
+  layer.conv_size = 3;
+  std::mt19937 rng(3);
+  lumen_test::RandomParams(&layer, rng);
+  const Stack stack({layer, SmallLayer(LUMEN_FAMILY_GLA)});
+  const struct {
+    int32_t layer, part, layout;
+    int64_t count;
+  } expected[] = {
+      {0, LUMEN_STATE_MATRIX, LUMEN_LAYOUT_FLA, 4 * 4 * 3},
+      {0, LUMEN_STATE_NORMALIZER, LUMEN_LAYOUT_FLA, 0},
+      {0, LUMEN_STATE_CONV_Q, LUMEN_LAYOUT_FLA, 2 * 4 * 3},
+      {0, LUMEN_STATE_CONV_V, LUMEN_LAYOUT_FLA, 4 * 3 * 3},
+      {0, LUMEN_STATE_CONV_V, LUMEN_LAYOUT_LUMEN, 4 * 3 * 2},
+      {1, LUMEN_STATE_CONV_K, LUMEN_LAYOUT_FLA, 0},
+  };
+  for (const auto& e : expected) {
+    INFO("layer " << e.layer << " part " << e.part << " layout " << e.layout);
+    int64_t count = -7;
+    REQUIRE_OK(lumen_model_state_count_as(stack.model.get(), e.layer, e.part, e.layout, &count));
+    CHECK(count == e.count);
+  }
+  for (const auto& [part, layout] : {std::pair{-1, int32_t{LUMEN_LAYOUT_FLA}},
+                                     std::pair{LUMEN_STATE_CONV_V + 1, int32_t{LUMEN_LAYOUT_FLA}},
+                                     std::pair{int32_t{LUMEN_STATE_MATRIX}, 2},
+                                     std::pair{int32_t{LUMEN_STATE_MATRIX}, -1}}) {
+    INFO("part " << part << " layout " << layout);
+    int64_t count = -7;
+    CHECK(Fails(lumen_model_state_count_as(stack.model.get(), 0, part, layout, &count), {}) ==
           LUMEN_ERROR_INVALID_ARGUMENT);
     CHECK(count == -7);
   }

@@ -318,6 +318,19 @@ typedef enum lumen_state_part {
   LUMEN_STATE_CONV_V = 4      /* [HV * V, W-1] */
 } lumen_state_part;
 
+/** The layouts lumen_session_read_state_as and lumen_session_write_state_as take. Since 0.4. */
+typedef enum lumen_state_layout {
+  /** lumen's canonical layout (lumen_session_read_state's): the matrix [HV, K, V], the
+   *  normalizer [HV, K], a conv window [C, W-1] holding the last W-1 inputs, oldest first. */
+  LUMEN_LAYOUT_LUMEN = 0,
+  /** flash-linear-attention's layer caches: the matrix V-first, [HV, V, K] (fla's
+   *  state_v_first=True, its layers' choice); the normalizer [HV, K]; a conv window [C, W], the
+   *  last W inputs oldest first, as fla's ShortConvolution keeps it, whose oldest column
+   *  (column 0) fla drops before the next token reads the window. lumen does not keep that
+   *  column: reading writes 0 there, writing ignores it. */
+  LUMEN_LAYOUT_FLA = 1
+} lumen_state_layout;
+
 /** The activation after a layer's short convolution. Since 0.2. */
 typedef enum lumen_conv_activation {
   LUMEN_CONV_ACTIVATION_SILU = 0, /* x * sigmoid(x): fla's and the models' default */
@@ -482,6 +495,14 @@ LUMEN_API lumen_status lumen_model_layer_options(const lumen_model* model, int32
  */
 LUMEN_API lumen_status lumen_model_state_count(const lumen_model* model, int32_t layer,
                                                int32_t part, int64_t* out);
+
+/**
+ * lumen_model_state_count in a lumen_state_layout: the part's element count in that layout
+ * (in fla's, a conv window holds W columns: H*K*W, H*K*W and HV*V*W, 0 without a
+ * convolution). An unknown part or layout is LUMEN_ERROR_INVALID_ARGUMENT. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_model_state_count_as(const lumen_model* model, int32_t layer,
+                                                  int32_t part, int32_t layout, int64_t* out);
 
 /**
  * Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,
@@ -713,6 +734,30 @@ LUMEN_API lumen_status lumen_session_read_state(const lumen_session* session, in
 LUMEN_API lumen_status lumen_session_write_state(lumen_session* session, int32_t layer,
                                                  int32_t part, const float* values,
                                                  int64_t count);
+
+/**
+ * lumen_session_read_state in a lumen_state_layout: copies one part of layer `layer`'s state
+ * into out[0..count), fp32. count must equal the part's element count in that layout (in
+ * fla's: HV * V * K for the matrix, HV * K for the normalizer, C * W for a conv window). An
+ * unknown layout, a wrong count or a part the layer does not keep is
+ * LUMEN_ERROR_INVALID_ARGUMENT. Host memory. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_read_state_as(const lumen_session* session, int32_t layer,
+                                                   int32_t part, int32_t layout, float* out,
+                                                   int64_t count);
+
+/**
+ * lumen_session_write_state in a lumen_state_layout: overwrites one part of layer `layer`'s
+ * state from values[0..count) (fp32; count as for lumen_session_read_state_as). With
+ * LUMEN_LAYOUT_FLA, one sequence's recurrent state ([HV, V, K]) and conv windows
+ * ([C, W]) from an fla layer's cache go in as they are, and the conversation continues here.
+ * Rounds to the stored dtype. The token count is unchanged. Rejects non-finite values (in
+ * the ignored column too). Same errors as lumen_session_read_state_as; the session is
+ * unchanged on any error. Host memory. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_write_state_as(lumen_session* session, int32_t layer,
+                                                    int32_t part, int32_t layout,
+                                                    const float* values, int64_t count);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Running layers                                                                             */

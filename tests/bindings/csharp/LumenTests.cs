@@ -370,6 +370,37 @@ public static class LumenTests {
     }
   }
 
+  // A gla layer, HV = 1, K = 2, V = 3, a convolution of width 3 (channels: H*K = 2 for q).
+  static void StatesMoveInFlasLayout() {
+    Model model;
+    using (var builder = new ModelBuilder())
+    using (var layer = Layer(LumenFamily.GLA, 1, 1, 2, 3)) {
+      layer.ConvSize = 3;
+      builder.AddLayer(layer);
+      builder.SetParam(0, LumenParam.CONV_Q_WEIGHT, new float[6]);
+      builder.SetParam(0, LumenParam.CONV_K_WEIGHT, new float[6]);
+      builder.SetParam(0, LumenParam.CONV_V_WEIGHT, new float[9]);
+      model = builder.Build();
+    }
+    using (model)
+    using (var options = new EngineOptions { NumThreads = 1 })
+    using (var engine = new Engine(model, options))
+    using (Session session = engine.NewSession()) {
+      Check(model.StateCount(0, LumenStatePart.CONV_Q, LumenStateLayout.FLA) == 6, "fla count");
+      session.WriteState(0, new float[] {1, 2, 3, 4, 5, 6});  // [K, V]
+      Check(session.ReadState(0, LumenStatePart.MATRIX, LumenStateLayout.FLA)
+                .SequenceEqual(new float[] {1, 4, 2, 5, 3, 6}), "the matrix V-first");
+      session.WriteState(0, new float[] {9, 1, 2, 9, 3, 4}, LumenStatePart.CONV_Q,
+                         LumenStateLayout.FLA);
+      Check(session.ReadState(0, LumenStatePart.CONV_Q).SequenceEqual(new float[] {1, 2, 3, 4}),
+            "the window without fla's oldest column");
+      Check(session.ReadState(0, LumenStatePart.CONV_Q, LumenStateLayout.FLA)
+                .SequenceEqual(new float[] {0, 1, 2, 0, 3, 4}), "fla's window, oldest column 0");
+      Throws<LumenException>(() => session.WriteState(0, new float[4], LumenStatePart.CONV_Q,
+                                                      LumenStateLayout.FLA), "a W-1 window");
+    }
+  }
+
   static void ReservingScratchChecksItsArguments() {
     using (Engine engine = NewEngine(out Model model))
     using (model)
@@ -645,7 +676,8 @@ public static class LumenTests {
       BatchedStepAndVarlenPrefillMatchSingleSessions, SnapshotRoundTripsThroughBytesAndAFile,
       StoresSaveAndLoadByKeyWithVersions, SessionsBeyondTheBudgetSpillAndComeBackBitForBit,
       BadCallsThrowWithTheLibraryMessage, AllowNegEigvalTakesBetaUpToTwo,
-      GateLowerBoundIsFlasLowerBoundedGate, ReservingScratchChecksItsArguments,
+      GateLowerBoundIsFlasLowerBoundedGate, StatesMoveInFlasLayout,
+      ReservingScratchChecksItsArguments,
       TextFieldsFreeTheirCopies, NativeMemoryIsReleased, DroppedSessionsStayWithinAMemoryBound,
       DroppedSessionsCauseFullCollections, DisposeWaitsForACallInProgress,
       EnumsAndFlagsNeedNoCasts, PresetsAreLayerOptionsFactories, SpansMatchArrays,

@@ -137,6 +137,17 @@ pub const LUMEN_STATE_CONV_K: lumen_state_part = 3;
 pub const LUMEN_STATE_CONV_V: lumen_state_part = 4;
 #[doc = " The parts of a layer's state."]
 pub type lumen_state_part = ::std::os::raw::c_uint;
+#[doc = " lumen's canonical layout (lumen_session_read_state's): the matrix [HV, K, V], the"]
+#[doc = "  normalizer [HV, K], a conv window [C, W-1] holding the last W-1 inputs, oldest first."]
+pub const LUMEN_LAYOUT_LUMEN: lumen_state_layout = 0;
+#[doc = " flash-linear-attention's layer caches: the matrix V-first, [HV, V, K] (fla's"]
+#[doc = "  state_v_first=True, its layers' choice); the normalizer [HV, K]; a conv window [C, W], the"]
+#[doc = "  last W inputs oldest first, as fla's ShortConvolution keeps it, whose oldest column"]
+#[doc = "  (column 0) fla drops before the next token reads the window. lumen does not keep that"]
+#[doc = "  column: reading writes 0 there, writing ignores it."]
+pub const LUMEN_LAYOUT_FLA: lumen_state_layout = 1;
+#[doc = " The layouts lumen_session_read_state_as and lumen_session_write_state_as take. Since 0.4."]
+pub type lumen_state_layout = ::std::os::raw::c_uint;
 pub const LUMEN_CONV_ACTIVATION_SILU: lumen_conv_activation = 0;
 pub const LUMEN_CONV_ACTIVATION_NONE: lumen_conv_activation = 1;
 #[doc = " The activation after a layer's short convolution. Since 0.2."]
@@ -608,6 +619,18 @@ extern "C" {
         model: *const lumen_model,
         layer: i32,
         part: i32,
+        out: *mut i64,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " lumen_model_state_count in a lumen_state_layout: the part's element count in that layout"]
+    #[doc = " (in fla's, a conv window holds W columns: H*K*W, H*K*W and HV*V*W, 0 without a"]
+    #[doc = " convolution). An unknown part or layout is LUMEN_ERROR_INVALID_ARGUMENT. Since 0.4."]
+    pub fn lumen_model_state_count_as(
+        model: *const lumen_model,
+        layer: i32,
+        part: i32,
+        layout: i32,
         out: *mut i64,
     ) -> lumen_status;
 }
@@ -1245,6 +1268,38 @@ extern "C" {
         session: *mut lumen_session,
         layer: i32,
         part: i32,
+        values: *const f32,
+        count: i64,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " lumen_session_read_state in a lumen_state_layout: copies one part of layer `layer`'s state"]
+    #[doc = " into out[0..count), fp32. count must equal the part's element count in that layout (in"]
+    #[doc = " fla's: HV * V * K for the matrix, HV * K for the normalizer, C * W for a conv window). An"]
+    #[doc = " unknown layout, a wrong count or a part the layer does not keep is"]
+    #[doc = " LUMEN_ERROR_INVALID_ARGUMENT. Host memory. Since 0.4."]
+    pub fn lumen_session_read_state_as(
+        session: *const lumen_session,
+        layer: i32,
+        part: i32,
+        layout: i32,
+        out: *mut f32,
+        count: i64,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " lumen_session_write_state in a lumen_state_layout: overwrites one part of layer `layer`'s"]
+    #[doc = " state from values[0..count) (fp32; count as for lumen_session_read_state_as). With"]
+    #[doc = " LUMEN_LAYOUT_FLA, one sequence's recurrent state ([HV, V, K]) and conv windows"]
+    #[doc = " ([C, W]) from an fla layer's cache go in as they are, and the conversation continues here."]
+    #[doc = " Rounds to the stored dtype. The token count is unchanged. Rejects non-finite values (in"]
+    #[doc = " the ignored column too). Same errors as lumen_session_read_state_as; the session is"]
+    #[doc = " unchanged on any error. Host memory. Since 0.4."]
+    pub fn lumen_session_write_state_as(
+        session: *mut lumen_session,
+        layer: i32,
+        part: i32,
+        layout: i32,
         values: *const f32,
         count: i64,
     ) -> lumen_status;

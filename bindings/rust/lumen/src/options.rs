@@ -78,6 +78,12 @@ constants!(
     }
 );
 constants!(
+    /// Layouts a state part is read and written in (`lumen_state_layout`): LUMEN, lumen's
+    /// canonical one; FLA, flash-linear-attention's layer caches (the matrix V-first,
+    /// [HV, V, K]; a conv window [C, W] whose oldest column lumen does not keep).
+    StateLayout { LUMEN = LUMEN_LAYOUT_LUMEN, FLA = LUMEN_LAYOUT_FLA }
+);
+constants!(
     /// The activation after a layer's short convolution (`lumen_conv_activation`).
     ConvActivation { SILU = LUMEN_CONV_ACTIVATION_SILU, NONE = LUMEN_CONV_ACTIVATION_NONE }
 );

@@ -2,7 +2,8 @@
 //! errors, bf16 inputs and that native memory is released.
 use lumen::{
     Backend, Bf16, DType, Engine, EngineOptions, Family, Inputs, LayerOptions, Model, ModelBuilder,
-    Param, Reservation, Session, SnapshotOptions, StatePart, Status, Store, StoreSaveOptions,
+    Param, Reservation, Session, SnapshotOptions, StateLayout, StatePart, Status, Store,
+    StoreSaveOptions,
 };
 
 const H: usize = 2;
@@ -285,6 +286,31 @@ fn gate_lower_bound_is_flas_lower_bounded_gate() {
         session.step(index, &Inputs::new(&one, &one, &one).g(&zero).beta(&zero), &mut o).unwrap();
         assert!((f64::from(o[0]) - expected).abs() <= 1e-6, "layer {}: {}", index, o[0]);
     }
+}
+
+/// A gla layer, HV = 1, K = 2, V = 3, a convolution of width 3 (channels: H*K = 2 for q).
+#[test]
+fn states_move_in_flas_layout() {
+    let mut builder = ModelBuilder::new().unwrap();
+    builder.add_layer(&layer(Family::GLA, 1, 1, 2, 3).conv_size(3)).unwrap();
+    builder.set_param(0, Param::CONV_Q_WEIGHT, &[0.0; 6]).unwrap();
+    builder.set_param(0, Param::CONV_K_WEIGHT, &[0.0; 6]).unwrap();
+    builder.set_param(0, Param::CONV_V_WEIGHT, &[0.0; 9]).unwrap();
+    let model = builder.build().unwrap();
+    assert_eq!(model.state_count_as(0, StatePart::CONV_Q, StateLayout::FLA).unwrap(), 6);
+    let engine = Engine::new(&model, Some(&EngineOptions::default().threads(1))).unwrap();
+    let mut session = engine.session().unwrap();
+    session.write_state(0, StatePart::MATRIX, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap(); // [K, V]
+    assert_eq!(session.read_state_as(0, StatePart::MATRIX, StateLayout::FLA).unwrap(),
+               [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]); // [V, K]
+    session.write_state_as(0, StatePart::CONV_Q, StateLayout::FLA, &[9.0, 1.0, 2.0, 9.0, 3.0, 4.0])
+        .unwrap();
+    assert_eq!(session.read_state(0, StatePart::CONV_Q).unwrap(), [1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(session.read_state_as(0, StatePart::CONV_Q, StateLayout::FLA).unwrap(),
+               [0.0, 1.0, 2.0, 0.0, 3.0, 4.0]);
+    let error = session.write_state_as(0, StatePart::CONV_Q, StateLayout::FLA, &[0.0; 4])
+        .unwrap_err();
+    assert_eq!(error.status(), Status::InvalidArgument);
 }
 
 #[test]

@@ -954,6 +954,26 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_model_state_count___(void* ja
 }
 
 
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_model_state_count_as___(void* jarg1, int jarg2, int jarg3, int jarg4, long long * jarg5) {
+  int jresult ;
+  lumen_model *arg1 = (lumen_model *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  int64_t *arg5 = (int64_t *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_model *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  arg5 = (int64_t *)jarg5; 
+  result = (lumen_status)lumen_model_state_count_as((struct lumen_model const *)arg1,arg2,arg3,arg4,arg5);
+  jresult = (int)result;
+  return jresult;
+}
+
+
 SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_model_state_bytes___(void* jarg1, int jarg2, long long * jarg3) {
   int jresult ;
   lumen_model *arg1 = (lumen_model *) 0 ;
@@ -1692,6 +1712,50 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_write_state___(void* 
   arg4 = (float *)jarg4;
   arg5 = (int64_t)jarg5; 
   result = (lumen_status)lumen_session_write_state(arg1,arg2,arg3,(float const *)arg4,arg5);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_read_state_as___(void* jarg1, int jarg2, int jarg3, int jarg4, void* jarg5, long long jarg6) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  float *arg5 = (float *) 0 ;
+  int64_t arg6 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  arg5 = (float *)jarg5;
+  arg6 = (int64_t)jarg6; 
+  result = (lumen_status)lumen_session_read_state_as((struct lumen_session const *)arg1,arg2,arg3,arg4,arg5,arg6);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_write_state_as___(void* jarg1, int jarg2, int jarg3, int jarg4, void* jarg5, long long jarg6) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  float *arg5 = (float *) 0 ;
+  int64_t arg6 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  arg5 = (float *)jarg5;
+  arg6 = (int64_t)jarg6; 
+  result = (lumen_status)lumen_session_write_state_as(arg1,arg2,arg3,arg4,(float const *)arg5,arg6);
   jresult = (int)result;
   return jresult;
 }

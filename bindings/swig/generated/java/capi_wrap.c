@@ -1451,6 +1451,37 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1model_1state_1count(J
 }
 
 
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1model_1state_1count_1as(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2, jint jarg3, jint jarg4, jlongArray jarg5) {
+  jint jresult = 0 ;
+  lumen_model *arg1 = (lumen_model *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  int64_t *arg5 = (int64_t *) 0 ;
+  int64_t temp5 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_model *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  {
+    if (!binding_out_array(jenv, jarg5)) return 0;
+    memset(&temp5, 0, sizeof temp5);
+    arg5 = &temp5;
+  }
+  result = (lumen_status)lumen_model_state_count_as((struct lumen_model const *)arg1,arg2,arg3,arg4,arg5);
+  jresult = (jint)result;
+  {
+    jlong value = (jlong)(intptr_t)temp5;
+    (*jenv)->SetLongArrayRegion(jenv, jarg5, 0, 1, &value);
+  }
+  return jresult;
+}
+
+
 SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1model_1state_1bytes(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2, jlongArray jarg3) {
   jint jresult = 0 ;
   lumen_model *arg1 = (lumen_model *) 0 ;
@@ -2713,6 +2744,74 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1write_1state
   jresult = (jint)result;
   {
     if (arg4) (*jenv)->ReleasePrimitiveArrayCritical(jenv, jarg4, (void*)arg4, JNI_ABORT);
+  }
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1read_1state_1as(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2, jint jarg3, jint jarg4, jfloatArray jarg5) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  float *arg5 = (float *) 0 ;
+  int64_t arg6 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  {
+    if (!jarg5) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaNullPointerException, "out: null array");
+      return 0;
+    }
+    arg6 = (int64_t)(*jenv)->GetArrayLength(jenv, jarg5);
+    arg5 = (float *)(*jenv)->GetPrimitiveArrayCritical(jenv, jarg5, NULL);
+    if (!arg5) return 0; /* OutOfMemoryError is pending */
+  }
+  result = (lumen_status)lumen_session_read_state_as((struct lumen_session const *)arg1,arg2,arg3,arg4,arg5,arg6);
+  jresult = (jint)result;
+  {
+    if (arg5) (*jenv)->ReleasePrimitiveArrayCritical(jenv, jarg5, (void*)arg5, 0);
+  }
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1write_1state_1as(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2, jint jarg3, jint jarg4, jfloatArray jarg5) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  float *arg5 = (float *) 0 ;
+  int64_t arg6 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  {
+    if (!jarg5) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaNullPointerException, "values: null array");
+      return 0;
+    }
+    arg6 = (int64_t)(*jenv)->GetArrayLength(jenv, jarg5);
+    arg5 = (float *)(*jenv)->GetPrimitiveArrayCritical(jenv, jarg5, NULL);
+    if (!arg5) return 0; /* OutOfMemoryError is pending */
+  }
+  result = (lumen_status)lumen_session_write_state_as(arg1,arg2,arg3,arg4,(float const *)arg5,arg6);
+  jresult = (jint)result;
+  {
+    if (arg5) (*jenv)->ReleasePrimitiveArrayCritical(jenv, jarg5, (void*)arg5, JNI_ABORT);
   }
   return jresult;
 }

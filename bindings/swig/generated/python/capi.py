@@ -200,6 +200,19 @@ LUMEN_STATE_NORMALIZER = _capi.LUMEN_STATE_NORMALIZER
 LUMEN_STATE_CONV_Q = _capi.LUMEN_STATE_CONV_Q
 LUMEN_STATE_CONV_K = _capi.LUMEN_STATE_CONV_K
 LUMEN_STATE_CONV_V = _capi.LUMEN_STATE_CONV_V
+LUMEN_LAYOUT_LUMEN = _capi.LUMEN_LAYOUT_LUMEN
+r"""
+    lumen's canonical layout (lumen_session_read_state's): the matrix [HV, K, V], the
+    normalizer [HV, K], a conv window [C, W-1] holding the last W-1 inputs, oldest first.
+    """
+LUMEN_LAYOUT_FLA = _capi.LUMEN_LAYOUT_FLA
+r"""
+    flash-linear-attention's layer caches: the matrix V-first, [HV, V, K] (fla's
+    state_v_first=True, its layers' choice); the normalizer [HV, K]; a conv window [C, W], the
+    last W inputs oldest first, as fla's ShortConvolution keeps it, whose oldest column
+    (column 0) fla drops before the next token reads the window. lumen does not keep that
+    column: reading writes 0 there, writing ignores it.
+    """
 LUMEN_CONV_ACTIVATION_SILU = _capi.LUMEN_CONV_ACTIVATION_SILU
 LUMEN_CONV_ACTIVATION_NONE = _capi.LUMEN_CONV_ACTIVATION_NONE
 class lumen_layer_options(object):
@@ -355,6 +368,14 @@ def lumen_model_state_count(model, layer, part):
     convolution. An unknown part is LUMEN_ERROR_INVALID_ARGUMENT.
     """
     return _capi.lumen_model_state_count(model, layer, part)
+
+def lumen_model_state_count_as(model, layer, part, layout):
+    r"""
+    lumen_model_state_count in a lumen_state_layout: the part's element count in that layout
+    (in fla's, a conv window holds W columns: H*K*W, H*K*W and HV*V*W, 0 without a
+    convolution). An unknown part or layout is LUMEN_ERROR_INVALID_ARGUMENT. Since 0.4.
+    """
+    return _capi.lumen_model_state_count_as(model, layer, part, layout)
 
 def lumen_model_state_bytes(model, layer):
     r"""
@@ -579,6 +600,28 @@ def lumen_session_write_state(session, layer, part, values):
     count is unchanged. Rejects non-finite values. Host memory.
     """
     return _capi.lumen_session_write_state(session, layer, part, values)
+
+def lumen_session_read_state_as(session, layer, part, layout, out):
+    r"""
+    lumen_session_read_state in a lumen_state_layout: copies one part of layer `layer`'s state
+    into out[0..count), fp32. count must equal the part's element count in that layout (in
+    fla's: HV * V * K for the matrix, HV * K for the normalizer, C * W for a conv window). An
+    unknown layout, a wrong count or a part the layer does not keep is
+    LUMEN_ERROR_INVALID_ARGUMENT. Host memory. Since 0.4.
+    """
+    return _capi.lumen_session_read_state_as(session, layer, part, layout, out)
+
+def lumen_session_write_state_as(session, layer, part, layout, values):
+    r"""
+    lumen_session_write_state in a lumen_state_layout: overwrites one part of layer `layer`'s
+    state from values[0..count) (fp32; count as for lumen_session_read_state_as). With
+    LUMEN_LAYOUT_FLA, one sequence's recurrent state ([HV, V, K]) and conv windows
+    ([C, W]) from an fla layer's cache go in as they are, and the conversation continues here.
+    Rounds to the stored dtype. The token count is unchanged. Rejects non-finite values (in
+    the ignored column too). Same errors as lumen_session_read_state_as; the session is
+    unchanged on any error. Host memory. Since 0.4.
+    """
+    return _capi.lumen_session_write_state_as(session, layer, part, layout, values)
 class lumen_layer_inputs(object):
     r"""
     The per-token inputs of one layer call. Fill with lumen_layer_inputs_init. Each pointer

@@ -18,6 +18,7 @@ import org.lumen.capi.LumenDtype;
 import org.lumen.capi.LumenFamily;
 import org.lumen.capi.LumenFeatureMap;
 import org.lumen.capi.LumenParam;
+import org.lumen.capi.LumenStateLayout;
 import org.lumen.capi.LumenStatePart;
 import org.lumen.capi.LumenStatus;
 
@@ -61,6 +62,7 @@ class IdiomsTest {
     sameConstants(LumenBackend.class, Backend.class);
     sameConstants(LumenDtype.class, Dtype.class);
     sameConstants(LumenStatePart.class, StatePart.class);
+    sameConstants(LumenStateLayout.class, StateLayout.class);
     sameConstants(LumenFeatureMap.class, FeatureMap.class);
     sameConstants(LumenConvActivation.class, ConvActivation.class);
     sameConstants(LumenParam.class, Param.class);
@@ -238,6 +240,32 @@ class IdiomsTest {
           float read = session.step(layer, one, one, one, zero, zero)[0];
           assertEquals(layer == 0 ? Math.exp(-1) : 0.5, read, 1e-6);
         }
+      }
+    }
+  }
+
+  @Test
+  void statesMoveInFlasLayout() {
+    // A gla layer, HV = 1, K = 2, V = 3, a convolution of width 3 (channels: H*K = 2 for q).
+    try (ModelBuilder builder = new ModelBuilder()) {
+      int layer = builder.addLayer(new LayerOptions(Family.GLA).numHeads(1).keyDim(2)
+          .valueDim(3).convSize(3));
+      builder.setParam(layer, Param.CONV_Q_WEIGHT, new float[6])
+          .setParam(layer, Param.CONV_K_WEIGHT, new float[6])
+          .setParam(layer, Param.CONV_V_WEIGHT, new float[9]);
+      try (Model model = builder.build(); Engine engine = new Engine(model);
+           Session session = engine.newSession()) {
+        assertEquals(6, model.stateCount(0, StatePart.CONV_Q, StateLayout.FLA));
+        float[] canonical = {1, 2, 3, 4, 5, 6}; // [K, V]
+        session.writeState(0, StatePart.MATRIX, canonical);
+        assertArrayEquals(new float[] {1, 4, 2, 5, 3, 6}, // [V, K]
+                          session.readState(0, StatePart.MATRIX, StateLayout.FLA));
+        session.writeState(0, StatePart.CONV_Q, StateLayout.FLA, new float[] {9, 1, 2, 9, 3, 4});
+        assertArrayEquals(new float[] {1, 2, 3, 4}, session.readState(0, StatePart.CONV_Q));
+        assertArrayEquals(new float[] {0, 1, 2, 0, 3, 4},
+                          session.readState(0, StatePart.CONV_Q, StateLayout.FLA));
+        assertThrows(LumenException.class,
+            () -> session.writeState(0, StatePart.CONV_Q, StateLayout.FLA, new float[4]));
       }
     }
   }

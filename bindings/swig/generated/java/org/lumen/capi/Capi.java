@@ -225,6 +225,17 @@ public class Capi implements CapiConstants {
   }
 
   /**
+   * lumen_model_state_count in a lumen_state_layout: the part's element count in that layout<br>
+   * (in fla's, a conv window holds W columns: H*K*W, H*K*W and HV*V*W, 0 without a<br>
+   * convolution). An unknown part or layout is LUMEN_ERROR_INVALID_ARGUMENT. Since 0.4.
+   */
+  public static int lumen_model_state_count_as(long model, int layer, int part, int layout, long[] out) {
+    int status = CapiJNI.lumen_model_state_count_as(model, layer, part, layout, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
    * Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,<br>
    * if layer is -1, the bytes of a session's state for the whole model: the layers' bytes plus<br>
    * the padding that aligns each layer to 64 bytes. Independent of how many tokens the session<br>
@@ -445,6 +456,34 @@ public class Capi implements CapiConstants {
    */
   public static int lumen_session_write_state(long session, int layer, int part, float[] values) {
     int status = CapiJNI.lumen_session_write_state(session, layer, part, values);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * lumen_session_read_state in a lumen_state_layout: copies one part of layer `layer`'s state<br>
+   * into out[0..count), fp32. count must equal the part's element count in that layout (in<br>
+   * fla's: HV * V * K for the matrix, HV * K for the normalizer, C * W for a conv window). An<br>
+   * unknown layout, a wrong count or a part the layer does not keep is<br>
+   * LUMEN_ERROR_INVALID_ARGUMENT. Host memory. Since 0.4.
+   */
+  public static int lumen_session_read_state_as(long session, int layer, int part, int layout, float[] out) {
+    int status = CapiJNI.lumen_session_read_state_as(session, layer, part, layout, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * lumen_session_write_state in a lumen_state_layout: overwrites one part of layer `layer`'s<br>
+   * state from values[0..count) (fp32; count as for lumen_session_read_state_as). With<br>
+   * LUMEN_LAYOUT_FLA, one sequence's recurrent state ([HV, V, K]) and conv windows<br>
+   * ([C, W]) from an fla layer's cache go in as they are, and the conversation continues here.<br>
+   * Rounds to the stored dtype. The token count is unchanged. Rejects non-finite values (in<br>
+   * the ignored column too). Same errors as lumen_session_read_state_as; the session is<br>
+   * unchanged on any error. Host memory. Since 0.4.
+   */
+  public static int lumen_session_write_state_as(long session, int layer, int part, int layout, float[] values) {
+    int status = CapiJNI.lumen_session_write_state_as(session, layer, part, layout, values);
     org.lumen.LumenException.check(status);
     return status;
   }

@@ -71,6 +71,7 @@ public class CapiJNI {
   public final static native int lumen_model_num_layers(long jarg1, int[] jarg2);
   public final static native int lumen_model_layer_options(long jarg1, int jarg2, long jarg3, LayerOptions jarg3_);
   public final static native int lumen_model_state_count(long jarg1, int jarg2, int jarg3, long[] jarg4);
+  public final static native int lumen_model_state_count_as(long jarg1, int jarg2, int jarg3, int jarg4, long[] jarg5);
   public final static native int lumen_model_state_bytes(long jarg1, int jarg2, long[] jarg3);
   public final static native void EngineOptions_backend_set(long jarg1, EngineOptions jarg1_, int jarg2);
   public final static native int EngineOptions_backend_get(long jarg1, EngineOptions jarg1_);
@@ -135,6 +136,8 @@ public class CapiJNI {
   public final static native int lumen_session_tokens(long jarg1, int jarg2, long[] jarg3);
   public final static native int lumen_session_read_state(long jarg1, int jarg2, int jarg3, float[] jarg4);
   public final static native int lumen_session_write_state(long jarg1, int jarg2, int jarg3, float[] jarg4);
+  public final static native int lumen_session_read_state_as(long jarg1, int jarg2, int jarg3, int jarg4, float[] jarg5);
+  public final static native int lumen_session_write_state_as(long jarg1, int jarg2, int jarg3, int jarg4, float[] jarg5);
   public final static native void LayerInputs_dtype_set(long jarg1, LayerInputs jarg1_, int jarg2);
   public final static native int LayerInputs_dtype_get(long jarg1, LayerInputs jarg1_);
   public final static native void LayerInputs_memory_set(long jarg1, LayerInputs jarg1_, int jarg2);
