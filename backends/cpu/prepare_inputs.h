@@ -85,9 +85,9 @@ void PrepareHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int32_t 
 
 // Fails with INVALID_ARGUMENT, naming the tensor, token and head, when a raw input holds a
 // value outside its domain: non-finite anywhere, a log-gate g > 0 (unless gate_raw), beta
-// outside [0, 1] ([0, 2] with allow_neg_eigval; unless beta_sigmoid). Reads the sessions' conv windows but changes no state;
-// allocates (callers catch bad_alloc). Large convolutions run on `pool`; conv_taps:
-// MakeConvTaps(spec).
+// outside [0, 1] ([0, 2] with allow_neg_eigval; unless beta_sigmoid). Reads the sessions'
+// conv windows but changes no state; allocates (callers catch bad_alloc). Large convolutions
+// run on `pool`; conv_taps: MakeConvTaps(spec).
 absl::Status PrepareInputs(const LayerSpec& spec, const ConvTaps& conv_taps, const LayerRun& run,
                            ThreadPool& pool, PreparedInputs* out);
 

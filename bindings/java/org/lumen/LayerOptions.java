@@ -275,8 +275,8 @@ public final class LayerOptions {
         + numValueHeads + ", keyDim=" + keyDim + ", valueDim=" + valueDim + ", scale=" + scale
         + ", featureMap=" + featureMap + ", normalize=" + normalize + ", normalizeEps="
         + normalizeEps + ", qkL2norm=" + qkL2norm + ", betaSigmoid=" + betaSigmoid
-        + ", gateRaw=" + gateRaw + ", allowNegEigval=" + allowNegEigval + ", gateLowerBound=" + gateLowerBound
-        + ", stateDtype=" + stateDtype + ", convSize=" + convSize
+        + ", gateRaw=" + gateRaw + ", allowNegEigval=" + allowNegEigval + ", gateLowerBound="
+        + gateLowerBound + ", stateDtype=" + stateDtype + ", convSize=" + convSize
         + ", convActivation=" + convActivation + "]";
   }
 }
