@@ -31,12 +31,18 @@ inline constexpr InputDomain kLogGateValues = {
 // beta as a write strength.
 inline constexpr InputDomain kUnitValues = {
     0.0f, 1.0f, "must lie in [0, 1] (beta_sigmoid takes logits)"};
+// beta as a write strength under allow_neg_eigval: the transition I - beta k k^T may have
+// negative eigenvalues (down to -1 for a unit key).
+inline constexpr InputDomain kDoubleUnitValues = {
+    0.0f, 2.0f, "must lie in [0, 2] with allow_neg_eigval (beta_sigmoid takes logits)"};
 
 LUMEN_HOST_DEVICE inline constexpr InputDomain GateDomain(bool gate_raw) {
   return gate_raw ? kFiniteValues : kLogGateValues;
 }
-LUMEN_HOST_DEVICE inline constexpr InputDomain BetaDomain(bool beta_sigmoid) {
-  return beta_sigmoid ? kFiniteValues : kUnitValues;
+LUMEN_HOST_DEVICE inline constexpr InputDomain BetaDomain(bool beta_sigmoid,
+                                                          bool allow_neg_eigval) {
+  if (beta_sigmoid) return kFiniteValues;
+  return allow_neg_eigval ? kDoubleUnitValues : kUnitValues;
 }
 
 LUMEN_HOST_DEVICE inline bool InDomain(float value, const InputDomain& domain) {

@@ -139,18 +139,34 @@ absl::Status LayerSpecFromOptions(const lumen_layer_options& user_options, Layer
 
   for (auto [value, name] : {std::pair{options.qk_l2norm, "qk_l2norm"},
                              std::pair{options.beta_sigmoid, "beta_sigmoid"},
+                             std::pair{options.allow_neg_eigval, "allow_neg_eigval"},
                              std::pair{options.gate_raw, "gate_raw"}}) {
     if (value != 0 && value != 1) return Invalid(spec, absl::StrCat(name, " must be 0 or 1"));
   }
   spec.qk_l2norm = options.qk_l2norm == 1;
   spec.beta_sigmoid = options.beta_sigmoid == 1;
+  spec.allow_neg_eigval = options.allow_neg_eigval == 1;
   spec.gate_raw = options.gate_raw == 1;
   if (spec.beta_sigmoid && !spec.delta_rule()) {
     return Invalid(spec, "beta_sigmoid applies to the delta family only (no beta input)");
   }
+  if (spec.allow_neg_eigval && !spec.delta_rule()) {
+    return Invalid(spec, "allow_neg_eigval applies to the delta family only (no beta input)");
+  }
   if (spec.gate_raw && spec.family != Family::kGatedDeltaNet && spec.family != Family::kKda &&
       spec.family != Family::kSsd) {
     return Invalid(spec, "gate_raw applies to gated_delta_net, kda and ssd layers only");
+  }
+  if (!std::isfinite(options.gate_lower_bound) || options.gate_lower_bound > 0.0f) {
+    return Invalid(spec, "gate_lower_bound must be finite and <= 0 (0: the unbounded raw gate)");
+  }
+  // -0 is off too, so that it hashes as 0 in the snapshot fingerprint.
+  spec.gate_lower_bound = options.gate_lower_bound < 0.0f ? options.gate_lower_bound : 0.0f;
+  if (spec.gate_lower_bound != 0.0f &&
+      (!spec.gate_raw ||
+       (spec.family != Family::kGatedDeltaNet && spec.family != Family::kKda))) {
+    return Invalid(spec, "gate_lower_bound applies to gated_delta_net and kda layers with "
+                         "gate_raw only (it bounds the raw gate)");
   }
 
   if (options.state_dtype != LUMEN_DTYPE_FLOAT32 && options.state_dtype != LUMEN_DTYPE_BFLOAT16) {

@@ -35,7 +35,10 @@ struct LayerSpec {
   float normalize_eps = 1e-6f;
   bool qk_l2norm = false;
   bool beta_sigmoid = false;
+  bool allow_neg_eigval = false;  // beta in [0, 2]: 2 * sigmoid(logit) with beta_sigmoid
   bool gate_raw = false;
+  // < 0 with gate_raw: g = gate_lower_bound * sigmoid(exp(A_log) (g + dt_bias)); 0: off.
+  float gate_lower_bound = 0.0f;
   DType state_dtype = DType::kFloat32;
   std::vector<float> a_log;     // [HV] with gate_raw
   std::vector<float> dt_bias;   // [HV] (gated_delta_net, ssd) or [HV * K] (kda) with gate_raw

@@ -26,6 +26,8 @@ void AppendArray(std::string& out, const std::vector<float>& values) {
 
 // "CONV" in ASCII, little-endian.
 constexpr uint32_t kExtensionTag = 0x564e4f43;
+// "FLAO" in ASCII, little-endian: fla's layer options that change the math.
+constexpr uint32_t kFlaOptionsTag = 0x4f414c46;
 
 uint64_t Fingerprint(const std::vector<LayerSpec>& layers) {
   std::string bytes;
@@ -55,6 +57,13 @@ uint64_t Fingerprint(const std::vector<LayerSpec>& layers) {
       for (const std::vector<float>& weight : layer.conv_weight) AppendArray(bytes, weight);
       for (const std::vector<float>& bias : layer.conv_bias) AppendArray(bytes, bias);
       AppendArray(bytes, layer.d_skip);
+    }
+    // A layer with one of fla's options that change the math adds a second tagged
+    // extension; layers without any hash as before.
+    if (layer.allow_neg_eigval || layer.gate_lower_bound != 0.0f) {
+      Append(bytes, kFlaOptionsTag);
+      Append(bytes, static_cast<int32_t>(layer.allow_neg_eigval));
+      Append(bytes, layer.gate_lower_bound);
     }
   }
   return Checksum(bytes.data(), static_cast<int64_t>(bytes.size()));

@@ -10,7 +10,7 @@ namespace {
 // zero check beyond sizeof would not see it.
 #define LUMEN_ENDS_AT_LAST_FIELD(type, last) \
   static_assert(offsetof(type, last) + sizeof(type::last) == sizeof(type))
-LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_options, conv_activation);
+LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_options, gate_lower_bound);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_engine_options, skip_device_buffer_check);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_inputs, stream);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_output, o_count);

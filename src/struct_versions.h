@@ -34,13 +34,16 @@ struct StructHistory {
   static constexpr std::array<AddedField, 0> kAddedFields{};
 };
 
-// 0.1.0's lumen_layer_options ended before conv_size: its layers have no convolution.
+// 0.1.0's lumen_layer_options ended before conv_size: its layers have no convolution. 0.3's
+// ended before allow_neg_eigval: its layers keep beta in [0, 1] and the raw gate unbounded.
 template <>
 struct StructHistory<lumen_layer_options> {
   static constexpr uint32_t kFirstSize = offsetof(lumen_layer_options, conv_size);
-  static constexpr std::array<AddedField, 2> kAddedFields{
+  static constexpr std::array<AddedField, 4> kAddedFields{
       {LUMEN_ADDED_FIELD(lumen_layer_options, conv_size),
-       LUMEN_ADDED_FIELD(lumen_layer_options, conv_activation)}};
+       LUMEN_ADDED_FIELD(lumen_layer_options, conv_activation),
+       LUMEN_ADDED_FIELD(lumen_layer_options, allow_neg_eigval),
+       LUMEN_ADDED_FIELD(lumen_layer_options, gate_lower_bound)}};
 };
 
 // 0.1.0's lumen_layer_inputs ended before stream: its calls use the default stream.

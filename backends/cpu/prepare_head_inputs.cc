@@ -36,6 +36,16 @@ inline void RawGatesToLogDecays(float minus_a, const float* raw, const float* dt
   for (int64_t i = 0; i < count; ++i) out[i] = minus_a * VectorSoftplus(raw[i] + dt_bias[i]);
 }
 
+// fla's lower-bounded gate (lower_bound): out[i] = bound * sigmoid(a * (raw[i] + dt_bias[i]))
+// with a = exp(A_log), in (bound, 0).
+inline void BoundedGatesToLogDecays(float bound, float a, const float* raw, const float* dt_bias,
+                                    int64_t count, float* out) {
+#pragma omp simd
+  for (int64_t i = 0; i < count; ++i) {
+    out[i] = bound / (1.0f + VectorExp(-a * (raw[i] + dt_bias[i])));
+  }
+}
+
 // Rows a head's walk over its tokens asks for ahead (prefetch.h).
 constexpr int64_t kPrefetchRows = 4;
 
@@ -140,12 +150,18 @@ void PrepareHeadInputsAtLevel(const LayerSpec& spec, const PreparedInputs& in,
            in.g_token_stride, count, per_head, scratch->g.data(), &seq->g, &seq->g_stride);
     if (in.g_raw) {
       // log-decay = -exp(A_log) dt with dt = softplus(g + dt_bias); Mamba-2 scales v by dt.
+      // With a lower bound: bound * sigmoid(exp(A_log) (g + dt_bias)).
       const float minus_a = -std::exp(spec.a_log[value_head]);
+      const float bound = spec.gate_lower_bound;
       const float* bias = spec.dt_bias.data() + value_head * per_head;
       float* gates = scratch->g.data();
       for (int64_t t = 0; t < count; ++t) {
         const float* raw = seq->g + t * seq->g_stride;
         PrefetchBytes(raw + kPrefetchRows * seq->g_stride, per_head * sizeof(float));
+        if (bound != 0.0f) {
+          BoundedGatesToLogDecays(bound, -minus_a, raw, bias, per_head, gates + t * per_head);
+          continue;
+        }
         if (per_head > 1) {
           RawGatesToLogDecays(minus_a, raw, bias, K, gates + t * K);
           continue;
@@ -173,9 +189,10 @@ void PrepareHeadInputsAtLevel(const LayerSpec& spec, const PreparedInputs& in,
     seq->beta_stride = HV;
     if (in.beta_logits) {
       float* beta = scratch->beta.data();
+      const float top = in.beta_logit_scale;  // fla's allow_neg_eigval: 2 * sigmoid
 #pragma omp simd
       for (int64_t t = 0; t < count; ++t) {
-        beta[t] = 1.0f / (1.0f + VectorExp(-seq->beta[t * HV]));
+        beta[t] = top / (1.0f + VectorExp(-seq->beta[t * HV]));
       }
       seq->beta = beta;
       seq->beta_stride = 1;

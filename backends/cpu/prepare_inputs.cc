@@ -141,9 +141,11 @@ absl::Status PrepareInputs(const LayerSpec& spec, const ConvTaps& conv_taps, con
   out->beta_logits = false;
   if (spec.delta_rule()) {
     status = LoadChecked(call, pool, "beta", inputs.beta, dtype, HV, 1,
-                         BetaDomain(spec.beta_sigmoid), &out->beta_storage, &out->beta);
+                         BetaDomain(spec.beta_sigmoid, spec.allow_neg_eigval),
+                         &out->beta_storage, &out->beta);
     if (!status.ok()) return status;
     out->beta_logits = spec.beta_sigmoid;
+    out->beta_logit_scale = spec.allow_neg_eigval ? 2.0f : 1.0f;
   }
   return absl::OkStatus();
 }

@@ -45,9 +45,11 @@ struct PreparedInputs {
 
   bool q_transform = false;   // q rows still need l2norm / feature map / scale
   bool k_transform = false;   // k rows still need l2norm / feature map (k takes no scale)
-  bool g_raw = false;         // g holds raw gates: log-decay = -exp(A_log) softplus(g + dt_bias)
+  bool g_raw = false;         // g holds raw gates: log-decay = -exp(A_log) softplus(g + dt_bias),
+                              // or the lower-bounded gate (LayerSpec::gate_lower_bound)
   bool v_times_dt = false;    // Mamba-2: v rows still need scaling by the head's dt
   bool beta_logits = false;   // beta holds logits: sigmoid still to apply
+  float beta_logit_scale = 1.0f;  // beta = scale * sigmoid(logit): 2 with allow_neg_eigval
 
   // The conv windows each session will hold after the call, per part: [N, C, W-1] fp32.
   std::vector<float> next_windows[kNumConvParts];
@@ -83,9 +85,9 @@ void PrepareHeadInputs(const LayerSpec& spec, const PreparedInputs& in, int32_t 
 
 // Fails with INVALID_ARGUMENT, naming the tensor, token and head, when a raw input holds a
 // value outside its domain: non-finite anywhere, a log-gate g > 0 (unless gate_raw), beta
-// outside [0, 1] (unless beta_sigmoid). Reads the sessions' conv windows but changes no state;
-// allocates (callers catch bad_alloc). Large convolutions run on `pool`; conv_taps:
-// MakeConvTaps(spec).
+// outside [0, 1] ([0, 2] with allow_neg_eigval; unless beta_sigmoid). Reads the sessions'
+// conv windows but changes no state; allocates (callers catch bad_alloc). Large convolutions
+// run on `pool`; conv_taps: MakeConvTaps(spec).
 absl::Status PrepareInputs(const LayerSpec& spec, const ConvTaps& conv_taps, const LayerRun& run,
                            ThreadPool& pool, PreparedInputs* out);
 

@@ -95,7 +95,8 @@ absl::Status CudaBackend::ReportInputError(const InputErrorRecord& record, bool 
   LUMEN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(state_stream_),
                              "clearing the input check's record");
   static constexpr const char* kTensors[] = {"q", "k", "g", "v", "beta"};
-  static constexpr InputDomain kDomains[] = {kFiniteValues, kLogGateValues, kUnitValues};
+  static constexpr InputDomain kDomains[] = {kFiniteValues, kLogGateValues, kUnitValues,
+                                             kDoubleUnitValues};
   const absl::Status status = InputOutOfDomain(
       kTensors[record.error >> kInputIndexBits], kDomains[record.domain], record.value,
       static_cast<int64_t>(record.error & ((1ull << kInputIndexBits) - 1)), record.heads,

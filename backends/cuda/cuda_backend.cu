@@ -193,7 +193,10 @@ absl::Status CudaBackend::LoadModel(const Model& model) {
     config.gate = spec.gate_kind();
     config.qk_l2norm = spec.qk_l2norm;
     config.beta_sigmoid = spec.beta_sigmoid;
+    config.allow_neg_eigval = spec.allow_neg_eigval;
+    config.beta_logit_scale = spec.allow_neg_eigval ? 2.0f : 1.0f;
     config.gate_raw = spec.gate_raw;
+    config.gate_lower_bound = spec.gate_lower_bound;
     config.delta_rule = spec.delta_rule();
     config.normalize = spec.normalize;
     config.normalize_eps = spec.normalize_eps;

@@ -73,6 +73,15 @@ public sealed class Model : NativeObject {
     }
   }
 
+  /// <summary>The element count of a state part in a layout (LumenStateLayout.FLA: fla's
+  /// layer caches, a conv window W columns wide).</summary>
+  public long StateCount(int layer, LumenStatePart part, LumenStateLayout layout) {
+    using (HandleLease model = Lease()) {
+      Capi.lumen_model_state_count_as(model.Address, layer, part, layout, out long count);
+      return count;
+    }
+  }
+
   /// <summary>Bytes a session keeps for a layer, or for the whole model with layer -1.</summary>
   public long StateBytes(int layer = -1) {
     using (HandleLease model = Lease()) {

@@ -258,6 +258,28 @@ public sealed class Session : NativeObject {
     return state;
   }
 
+  /// <summary>One part of a layer's state in a layout: LumenStateLayout.FLA is fla's layer
+  /// caches (the matrix V-first, [HV, V, K]; a conv window [C, W] whose oldest column reads
+  /// 0).</summary>
+  public float[] ReadState(int layer, LumenStatePart part, LumenStateLayout layout) {
+    var state = new float[checked((int)Engine.Model.StateCount(layer, part, layout))];
+    using (HandleLease session = Lease()) {
+      Capi.lumen_session_read_state_as(session.Address, layer, part, layout, state, state.Length);
+    }
+    return state;
+  }
+
+  /// <summary>Overwrites one part of a layer's state from values in a layout (FLA: a state
+  /// from an fla layer's cache, as it is).</summary>
+  public void WriteState(int layer, float[] values, LumenStatePart part,
+                         LumenStateLayout layout) {
+    if (values == null) throw new ArgumentNullException(nameof(values));
+    using (HandleLease session = Lease()) {
+      Capi.lumen_session_write_state_as(session.Address, layer, part, layout, values,
+                                        values.Length);
+    }
+  }
+
   /// <summary>Overwrites one part of a layer's state (fp32, canonical layout).</summary>
   public void WriteState(int layer, float[] values,
                          LumenStatePart part = LumenStatePart.MATRIX) {

@@ -86,6 +86,7 @@ LUMEN_ENUM_FIELD(memory, LumenMemory)
 LUMEN_ENUM_FIELD(backend, LumenBackend)
 LUMEN_ENUM_FIELD(conv_activation, LumenConvActivation)
 LUMEN_ENUM_FIELD(part, LumenStatePart)
+LUMEN_ENUM_FIELD(layout, LumenStateLayout)
 LUMEN_ENUM_FIELD(param, LumenParam)
 LUMEN_ENUM_FIELD(status, LumenStatus)
 
@@ -116,6 +117,7 @@ LUMEN_FLAG_FIELD(normalize)
 LUMEN_FLAG_FIELD(qk_l2norm)
 LUMEN_FLAG_FIELD(beta_sigmoid)
 LUMEN_FLAG_FIELD(gate_raw)
+LUMEN_FLAG_FIELD(allow_neg_eigval)
 
 /* Options structs: proxies named without the lumen_ prefix; an out struct is passed in. They are
  * partial classes, so that bindings/csharp adds the presets to LayerOptions. */

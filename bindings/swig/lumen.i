@@ -37,7 +37,7 @@
  * listed keep their full names. */
 %define LUMEN_ENUM_NAMES
 %rename("%(camelcase)s", %$isenum) "";
-%rename("%(regex:/^LUMEN_(ERROR|FAMILY|FEATURE_MAP|DTYPE|MEMORY|BACKEND|PARAM|STATE|CONV_ACTIVATION)_(.*)$/\\2/)s",
+%rename("%(regex:/^LUMEN_(ERROR|FAMILY|FEATURE_MAP|DTYPE|MEMORY|BACKEND|PARAM|STATE|LAYOUT|CONV_ACTIVATION)_(.*)$/\\2/)s",
         %$isenumitem) "";
 %rename(OK) LUMEN_OK;
 %enddef

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "capi/src/capi_util.h"
+#include "src/fla_layout.h"
 #include "src/struct_size.h"
 #include "src/struct_versions.h"
 
@@ -153,7 +154,9 @@ lumen_status lumen_model_layer_options(const lumen_model* model, int32_t layer,
   options.normalize_eps = spec.normalize_eps;
   options.qk_l2norm = spec.qk_l2norm;
   options.beta_sigmoid = spec.beta_sigmoid;
+  options.allow_neg_eigval = spec.allow_neg_eigval;
   options.gate_raw = spec.gate_raw;
+  options.gate_lower_bound = spec.gate_lower_bound;
   options.state_dtype = static_cast<int32_t>(spec.state_dtype);
   options.conv_size = spec.conv_size;
   options.conv_activation = static_cast<int32_t>(spec.conv_activation);
@@ -193,6 +196,23 @@ lumen_status lumen_model_state_count(const lumen_model* model, int32_t layer,
   }
   return Fail(LUMEN_ERROR_INVALID_ARGUMENT,
               absl::StrCat("unknown state part ", static_cast<int>(part)));
+}
+
+lumen_status lumen_model_state_count_as(const lumen_model* model, int32_t layer, int32_t part,
+                                        int32_t layout, int64_t* out) {
+  LUMEN_REQUIRE_NOT_NULL(model);
+  LUMEN_REQUIRE_NOT_NULL(out);
+  if (layout != LUMEN_LAYOUT_LUMEN && layout != LUMEN_LAYOUT_FLA) {
+    return Fail(LUMEN_ERROR_INVALID_ARGUMENT,
+                absl::StrCat("unknown state layout ", layout, " (LUMEN or FLA)"));
+  }
+  int64_t canonical = 0;
+  if (lumen_status s = lumen_model_state_count(model, layer, part, &canonical); s != LUMEN_OK) {
+    return s;
+  }
+  *out = layout == LUMEN_LAYOUT_LUMEN ? canonical
+                                      : lumen::FlaPartCount(model->model->layer(layer), part);
+  return Ok();
 }
 
 lumen_status lumen_model_state_bytes(const lumen_model* model, int32_t layer, int64_t* out) {

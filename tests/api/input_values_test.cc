@@ -1,7 +1,7 @@
 // Input values outside their domain fail the call with INVALID_ARGUMENT naming the tensor,
 // the token and the head, and change no session: NaN or Inf anywhere in q, k, v, g, beta; a
-// log-gate g > 0 (any finite raw gate with gate_raw); beta outside [0, 1] (any finite logit
-// with beta_sigmoid). In fp32, bf16 and fp16 inputs. (They used to return LUMEN_OK and leave
+// log-gate g > 0 (any finite raw gate with gate_raw); beta outside [0, 1] ([0, 2] with
+// allow_neg_eigval; any finite logit with beta_sigmoid). In fp32, bf16 and fp16 inputs. (They used to return LUMEN_OK and leave
 // a non-finite state.)
 
 #include <cfloat>
@@ -22,6 +22,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 //   1 kda with gate_raw and beta_sigmoid: raw vector gate, beta logits
 //   2 gla: vector log-gate, no beta
 //   3 linear_attn with qk_l2norm and elu1: q and k transformed after the check
+//   4 delta_net with allow_neg_eigval: beta in [0, 2]
 std::vector<RefLayer> Layers() {
   std::mt19937 rng(11);
   RefLayer gdn = SmallLayer(LUMEN_FAMILY_GATED_DELTA_NET);
@@ -33,7 +34,9 @@ std::vector<RefLayer> Layers() {
   RefLayer linear = SmallLayer(LUMEN_FAMILY_LINEAR_ATTN);
   linear.qk_l2norm = true;
   linear.feature_map = LUMEN_FEATURE_MAP_ELU1;
-  return {gdn, kda, gla, linear};
+  RefLayer negative_eigenvalues = SmallLayer(LUMEN_FAMILY_DELTA_NET);
+  negative_eigenvalues.allow_neg_eigval = true;
+  return {gdn, kda, gla, linear, negative_eigenvalues};
 }
 
 // Where to put the value: tensor, token, head, channel.
@@ -104,7 +107,7 @@ const BadValue kBadValues[] = {
     {0, "beta", kNaN},  {1, "q", -kInf},    {1, "v", kNaN},      {1, "g", kInf},
     {1, "g", kNaN},     {1, "beta", kNaN},  {1, "beta", -kInf},  {2, "g", 2.0f},
     {2, "g", -kInf},    {2, "k", kNaN},     {3, "q", kNaN},      {3, "k", kInf},
-    {3, "v", kInf},
+    {3, "v", kInf},     {4, "beta", 2.5f},   {4, "beta", -0.25f}, {4, "beta", kNaN},
 };
 
 TEST_CASE("out-of-domain inputs fail naming tensor, token and head, and change nothing",
@@ -201,6 +204,7 @@ TEST_CASE("values at the edges of their domains, raw gates and beta logits are a
       {0, "g", 0.0f},     {0, "g", -0.0f},     {0, "g", -80.0f},   {0, "beta", 0.0f},
       {0, "beta", 1.0f},  {0, "q", 1e30f},     {1, "g", 30.0f},    {1, "g", -30.0f},
       {1, "beta", 9.0f},  {1, "beta", -9.0f},  {2, "g", 0.0f},     {3, "v", -FLT_MAX},
+      {4, "beta", 0.0f},  {4, "beta", 1.5f},   {4, "beta", 2.0f},
   };
   for (const auto& ok : accepted) {
     INFO("layer " << ok.layer << " " << ok.tensor << " = " << ok.value);
@@ -209,6 +213,25 @@ TEST_CASE("values at the edges of their domains, raw gates and beta logits are a
     INFO(Describe(status));
     CHECK(status == LUMEN_OK);
   }
+}
+
+TEST_CASE("allow_neg_eigval: beta outside [0, 2] fails naming the range", "[input_values]") {
+  const Stack stack(Layers());
+  SessionPtr session = stack.NewSession();
+  for (int64_t num_tokens : {1, 3}) {
+    const lumen_status status = RunWith(stack, 4, {session.get()}, num_tokens,
+                                        LUMEN_DTYPE_FLOAT32, {"beta", 0, 1, 0}, 2.5f);
+    const std::string message = lumen_last_error_message();
+    INFO(Describe(status));
+    CHECK(status == LUMEN_ERROR_INVALID_ARGUMENT);
+    CHECK(message.rfind("beta at token 0, head 1 is 2.5: it must lie in [0, 2] with "
+                        "allow_neg_eigval", 0) == 0);
+  }
+  // Without the option the same value names [0, 1].
+  const lumen_status status =
+      RunWith(stack, 0, {session.get()}, 1, LUMEN_DTYPE_FLOAT32, {"beta", 0, 1, 0}, 1.5f);
+  CHECK(status == LUMEN_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(lumen_last_error_message()).find("must lie in [0, 1]") != std::string::npos);
 }
 
 }  // namespace

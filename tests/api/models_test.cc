@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -82,6 +83,41 @@ TEST_CASE("bad layer options are rejected with a message naming the problem", "[
        {"conv_activation"}},
       {"conv_activation = -1", [](lumen_layer_options* o) { o->conv_activation = -1; },
        {"conv_activation"}},
+      {"allow_neg_eigval without beta", [](lumen_layer_options* o) { o->allow_neg_eigval = 1; },
+       {"allow_neg_eigval", "delta family"}},
+      {"allow_neg_eigval = 2",
+       [](lumen_layer_options* o) {
+         o->family = LUMEN_FAMILY_DELTA_NET;
+         o->allow_neg_eigval = 2;
+       },
+       {"allow_neg_eigval", "0 or 1"}},
+      {"gate_lower_bound without gate_raw",
+       [](lumen_layer_options* o) {
+         o->family = LUMEN_FAMILY_KDA;
+         o->gate_lower_bound = -5.0f;
+       },
+       {"gate_lower_bound", "gate_raw"}},
+      {"gate_lower_bound on ssd",
+       [](lumen_layer_options* o) {
+         o->family = LUMEN_FAMILY_SSD;
+         o->gate_raw = 1;
+         o->gate_lower_bound = -5.0f;
+       },
+       {"gate_lower_bound", "gated_delta_net and kda"}},
+      {"gate_lower_bound > 0",
+       [](lumen_layer_options* o) {
+         o->family = LUMEN_FAMILY_KDA;
+         o->gate_raw = 1;
+         o->gate_lower_bound = 1.0f;
+       },
+       {"gate_lower_bound", "<= 0"}},
+      {"gate_lower_bound = -inf",
+       [](lumen_layer_options* o) {
+         o->family = LUMEN_FAMILY_GATED_DELTA_NET;
+         o->gate_raw = 1;
+         o->gate_lower_bound = -std::numeric_limits<float>::infinity();
+       },
+       {"gate_lower_bound", "finite"}},
   };
   for (const auto& b : bad) {
     INFO(b.name << " (on linear_attn)");

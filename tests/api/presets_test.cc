@@ -28,6 +28,8 @@ TEST_CASE("presets describe the published layers and every field stays settable"
   CHECK(o.conv_size == 4);
   CHECK(o.conv_activation == LUMEN_CONV_ACTIVATION_SILU);
   CHECK((o.qk_l2norm == 1 && o.beta_sigmoid == 1 && o.gate_raw == 1));
+  // Qwen3-Next's config keeps beta = sigmoid(logit) and the unbounded raw gate.
+  CHECK((o.allow_neg_eigval == 0 && o.gate_lower_bound == 0.0f));
   CHECK(o.scale == 0.0f);
   CHECK(o.state_dtype == LUMEN_DTYPE_FLOAT32);
 
@@ -66,6 +68,8 @@ TEST_CASE("presets describe the published layers and every field stays settable"
     l.scale = p.scale;
     l.qk_l2norm = p.qk_l2norm != 0;
     l.beta_sigmoid = p.beta_sigmoid != 0;
+    l.allow_neg_eigval = p.allow_neg_eigval != 0;
+    l.gate_lower_bound = p.gate_lower_bound;
     l.gate_raw = p.gate_raw != 0;
     l.conv_size = p.conv_size;
     l.conv_activation = p.conv_activation;

@@ -42,6 +42,8 @@ TEST_CASE("options_init functions fill the documented defaults", "[capi]") {
   CHECK(lo.state_dtype == LUMEN_DTYPE_FLOAT32);
   CHECK(lo.conv_size == 0);
   CHECK(lo.conv_activation == LUMEN_CONV_ACTIVATION_SILU);
+  CHECK(lo.allow_neg_eigval == 0);
+  CHECK(lo.gate_lower_bound == 0.0f);
 
   lumen_engine_options eo;
   std::memset(&eo, 0x5a, sizeof eo);

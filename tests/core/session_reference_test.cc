@@ -248,5 +248,45 @@ TEST_CASE("1 and 4 threads give equal results", "[session][threads]") {
   CHECK(BitwiseEqual(r4.batch_o, r1.batch_o));
 }
 
+// Linear attention's normaliser divides by q.z + eps. lumen's eps defaults to 1e-6; fla's
+// linear attention (fla/ops/linear_attn, naive.py and utils.py) adds 1e-10, and lumen gives
+// fla's outputs when the layer sets normalize_eps = 1e-10. Where q.z is small the two differ:
+// with q = k = 1e-3, v = 1 and K = V = 1 (scale 1), o = q.z / (q.z + eps) is 0.5 with lumen's
+// default and 0.9999 with fla's eps.
+TEST_CASE("the normaliser's eps: 1e-6 by default, fla's 1e-10 when set", "[session][normalize]") {
+  const float tiny = 1e-3f;
+  const double qz = double{tiny} * double{tiny};  // q.z and S^T q: both q k v = 1e-6
+  for (const float eps : {0.0f, 1e-10f}) {
+    RefLayer layer;  // H = HV = K = V = 1: scale K^-0.5 = 1
+    layer.family = LUMEN_FAMILY_LINEAR_ATTN;
+    layer.normalize = true;
+    layer.normalize_eps = eps;
+    const double expected = qz / (qz + (eps == 0.0f ? 1e-6 : 1e-10));
+    CHECK(std::abs(expected - (eps == 0.0f ? 0.5 : 0.9999)) < 1e-4);
+    INFO("normalize_eps " << eps << ", expected " << expected);
+    TokenData data;
+    data.num_tokens = 1;
+    data.q = {tiny};
+    data.k = {tiny};
+    data.v = {1.0f};
+    RefState state = ZeroState(layer);
+    std::vector<double> reference;
+    RunReference(layer, 1, ToRefInputs(data, LUMEN_DTYPE_FLOAT32), &state, &reference);
+    CHECK(std::abs(reference.at(0) - expected) <= 1e-9);  // eps as a float: 1e-10f
+    Fixture f(layer, 1);
+    const EncodedTokens tokens = EncodeTokens(data, LUMEN_DTYPE_FLOAT32);
+    for (const Path path : {Path::kStep, Path::kPrefill}) {
+      SessionPtr session = f.Session();
+      OutputBuffer out;
+      std::string error;
+      const lumen_status status = RunSession(session.get(), 0, layer, tokens, path, {1},
+                                             LUMEN_DTYPE_FLOAT32, &out, &error);
+      INFO(error);
+      REQUIRE(status == LUMEN_OK);
+      CHECK(std::abs(out.Values().at(0) - expected) <= 1e-6 * expected);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lumen_test

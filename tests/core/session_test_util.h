@@ -162,6 +162,46 @@ inline std::vector<Config> Configs() {
          l->family = LUMEN_FAMILY_RETENTION;
          l->conv_size = 1;
        }},
+      // fla's allow_neg_eigval: beta in [0, 2], given or as 2 * sigmoid(logit).
+      {"delta_net allow_neg_eigval",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_DELTA_NET;
+         l->allow_neg_eigval = true;
+       }},
+      {"gated_delta_net qk_l2norm beta_sigmoid allow_neg_eigval gate_raw",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_GATED_DELTA_NET;
+         l->qk_l2norm = true;
+         l->beta_sigmoid = true;
+         l->allow_neg_eigval = true;
+         l->gate_raw = true;
+       }},
+      {"kda qk_l2norm beta_sigmoid allow_neg_eigval gate_raw",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_KDA;
+         l->qk_l2norm = true;
+         l->beta_sigmoid = true;
+         l->allow_neg_eigval = true;
+         l->gate_raw = true;
+       }},
+      // fla's lower-bounded gate: bound * sigmoid(exp(A_log) (g + dt_bias)).
+      {"gated_delta_net qk_l2norm beta_sigmoid gate_raw gate_lower_bound=-5",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_GATED_DELTA_NET;
+         l->qk_l2norm = true;
+         l->beta_sigmoid = true;
+         l->gate_raw = true;
+         l->gate_lower_bound = -5.0f;
+       }},
+      {"kda qk_l2norm beta_sigmoid gate_raw gate_lower_bound=-5 conv4",
+       [](RefLayer* l) {
+         l->family = LUMEN_FAMILY_KDA;
+         l->qk_l2norm = true;
+         l->beta_sigmoid = true;
+         l->gate_raw = true;
+         l->gate_lower_bound = -5.0f;
+         l->conv_size = 4;
+       }},
   };
 }
 

@@ -339,10 +339,12 @@ TEST_CASE("struct_size: a size between fields from the first version up is accep
               "LUMEN_ERROR_INVALID_ARGUMENT.");
   Calls calls;
   // lumen_layer_options: 0.1.0's struct ended before conv_size; conv_size and conv_activation
-  // came in 0.2.
+  // came in 0.2, allow_neg_eigval and gate_lower_bound in 0.4.
   CheckSizesUpToSizeof("lumen_layer_options", calls.layer,
                        offsetof(lumen_layer_options, conv_size),
                        {offsetof(lumen_layer_options, conv_activation),
+                        offsetof(lumen_layer_options, allow_neg_eigval),
+                        offsetof(lumen_layer_options, gate_lower_bound),
                         sizeof(lumen_layer_options)},
                        [&](const lumen_layer_options* o) { return calls.AddLayer(o); });
   // lumen_layer_inputs: 0.1.0's struct ended before stream.
@@ -377,18 +379,23 @@ TEST_CASE("struct_size: the fields beyond an older caller's size take their defa
   Calls calls;
   // The bytes past the caller's size hold garbage (WithSize): were they read, conv_size 0xa5a5a5a5
   // would fail the call, and a valid-looking one would show in the model.
-  lumen_layer_options with_conv = calls.layer;
+  lumen_layer_options with_conv = calls.layer;  // delta_net
   with_conv.conv_size = 3;
   with_conv.conv_activation = LUMEN_CONV_ACTIVATION_NONE;
+  with_conv.allow_neg_eigval = 1;
   struct Case {
     uint32_t size;
-    int32_t conv_size, conv_activation;
+    int32_t conv_size, conv_activation, allow_neg_eigval;
   };
   for (const Case& c : {Case{offsetof(lumen_layer_options, conv_size), 0,
-                             LUMEN_CONV_ACTIVATION_SILU},
+                             LUMEN_CONV_ACTIVATION_SILU, 0},
                         Case{offsetof(lumen_layer_options, conv_activation), 3,
-                             LUMEN_CONV_ACTIVATION_SILU},
-                        Case{sizeof(lumen_layer_options), 3, LUMEN_CONV_ACTIVATION_NONE}}) {
+                             LUMEN_CONV_ACTIVATION_SILU, 0},
+                        Case{offsetof(lumen_layer_options, allow_neg_eigval), 3,
+                             LUMEN_CONV_ACTIVATION_NONE, 0},
+                        Case{offsetof(lumen_layer_options, gate_lower_bound), 3,
+                             LUMEN_CONV_ACTIVATION_NONE, 1},
+                        Case{sizeof(lumen_layer_options), 3, LUMEN_CONV_ACTIVATION_NONE, 1}}) {
     INFO("struct_size " << c.size);
     lumen_model_builder* builder = nullptr;
     REQUIRE_OK(lumen_model_builder_create(&builder));
@@ -417,6 +424,7 @@ TEST_CASE("struct_size: the fields beyond an older caller's size take their defa
     REQUIRE_OK(lumen_model_layer_options(model, 0, &seen));
     CHECK(seen.conv_size == c.conv_size);
     CHECK(seen.conv_activation == c.conv_activation);
+    CHECK(seen.allow_neg_eigval == c.allow_neg_eigval);
   }
 
   // 0.1.0's lumen_layer_inputs: `stream` (garbage past the size) is not read; the CPU backend

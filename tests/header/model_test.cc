@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lumen/lumen.h"
@@ -83,6 +85,8 @@ TEST_CASE("add_layer rejects bad options with INVALID_ARGUMENT naming the proble
       {"scale", [](lumen_layer_options& o) { o.scale = -1.0f; }},
       {"feature_map", [](lumen_layer_options& o) { o.feature_map = LUMEN_FEATURE_MAP_RELU; }},
       {"beta_sigmoid", [](lumen_layer_options& o) { o.beta_sigmoid = 1; }},
+      {"allow_neg_eigval", [](lumen_layer_options& o) { o.allow_neg_eigval = 1; }},
+      {"gate_lower_bound", [](lumen_layer_options& o) { o.gate_lower_bound = -5.0f; }},
       {"qk_l2norm", [](lumen_layer_options& o) { o.qk_l2norm = 2; }},
       {"state_dtype", [](lumen_layer_options& o) { o.state_dtype = LUMEN_DTYPE_FLOAT16; }},
       {"conv_size", [](lumen_layer_options& o) { o.conv_size = 65; }},
@@ -287,13 +291,17 @@ TEST_CASE("lumen_model_layer_options writes the whole fields inside the caller's
   const Stack stack({layer});
   const uint32_t v0 = offsetof(lumen_layer_options, conv_size);
   const uint32_t with_conv_size = offsetof(lumen_layer_options, conv_activation);
+  const uint32_t v02 = offsetof(lumen_layer_options, allow_neg_eigval);
+  const uint32_t with_eigval = offsetof(lumen_layer_options, gate_lower_bound);
   const uint32_t full = sizeof(lumen_layer_options);
   struct Case {
     uint32_t declared, written;
   };
   for (const Case& c : {Case{v0, v0}, Case{v0 + 1, v0}, Case{v0 + 3, v0},
                         Case{with_conv_size, with_conv_size},
-                        Case{with_conv_size + 2, with_conv_size}, Case{full, full},
+                        Case{with_conv_size + 2, with_conv_size}, Case{v02, v02},
+                        Case{v02 + 2, v02}, Case{with_eigval, with_eigval},
+                        Case{with_eigval + 1, with_eigval}, Case{full, full},
                         Case{full + 16, full}, Case{4096, full}, Case{0, v0}, Case{v0 - 1, v0},
                         Case{4097, v0}}) {
     INFO("struct_size " << c.declared);
@@ -328,6 +336,46 @@ TEST_CASE("an unknown state part is INVALID_ARGUMENT", "[header]") {
     INFO("part " << part);
     int64_t count = -7;
     CHECK(Fails(lumen_model_state_count(stack.model.get(), 0, part, &count), {}) ==
+          LUMEN_ERROR_INVALID_ARGUMENT);
+    CHECK(count == -7);
+  }
+}
+
+TEST_CASE("state counts in fla's layout: a conv window holds W columns; an unknown part or "
+          "layout is INVALID_ARGUMENT",
+          "[header]") {
+  LUMEN_CLAIM("lumen_model_state_count_as",
+              "An unknown part or layout is LUMEN_ERROR_INVALID_ARGUMENT.");
+  RefLayer layer = SmallLayer(LUMEN_FAMILY_GLA);  // H = 2, HV = 4, K = V = 4
+  layer.value_dim = 3;
+  layer.conv_size = 3;
+  std::mt19937 rng(3);
+  lumen_test::RandomParams(&layer, rng);
+  const Stack stack({layer, SmallLayer(LUMEN_FAMILY_GLA)});
+  const struct {
+    int32_t layer, part, layout;
+    int64_t count;
+  } expected[] = {
+      {0, LUMEN_STATE_MATRIX, LUMEN_LAYOUT_FLA, 4 * 4 * 3},
+      {0, LUMEN_STATE_NORMALIZER, LUMEN_LAYOUT_FLA, 0},
+      {0, LUMEN_STATE_CONV_Q, LUMEN_LAYOUT_FLA, 2 * 4 * 3},
+      {0, LUMEN_STATE_CONV_V, LUMEN_LAYOUT_FLA, 4 * 3 * 3},
+      {0, LUMEN_STATE_CONV_V, LUMEN_LAYOUT_LUMEN, 4 * 3 * 2},
+      {1, LUMEN_STATE_CONV_K, LUMEN_LAYOUT_FLA, 0},
+  };
+  for (const auto& e : expected) {
+    INFO("layer " << e.layer << " part " << e.part << " layout " << e.layout);
+    int64_t count = -7;
+    REQUIRE_OK(lumen_model_state_count_as(stack.model.get(), e.layer, e.part, e.layout, &count));
+    CHECK(count == e.count);
+  }
+  for (const auto& [part, layout] : {std::pair{-1, int32_t{LUMEN_LAYOUT_FLA}},
+                                     std::pair{LUMEN_STATE_CONV_V + 1, int32_t{LUMEN_LAYOUT_FLA}},
+                                     std::pair{int32_t{LUMEN_STATE_MATRIX}, 2},
+                                     std::pair{int32_t{LUMEN_STATE_MATRIX}, -1}}) {
+    INFO("part " << part << " layout " << layout);
+    int64_t count = -7;
+    CHECK(Fails(lumen_model_state_count_as(stack.model.get(), 0, part, layout, &count), {}) ==
           LUMEN_ERROR_INVALID_ARGUMENT);
     CHECK(count == -7);
   }

@@ -105,14 +105,18 @@ TEST_CASE("memory the CPU backend does not read is UNSUPPORTED", "[header]") {
 
 #define LUMEN_INPUT_VALUES_SENTENCE                                                            \
   "Values are checked before anything runs: NaN or infinity in any input, g > 0 as a "         \
-  "log-decay (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with " \
-  "beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the "     \
+  "log-decay (any finite value with gate_raw), and beta outside [0, 1] ([0, 2] with "          \
+  "allow_neg_eigval; any finite logit with beta_sigmoid) fail the call with "                  \
+  "LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the "                                      \
   "token (and, in a call of several sessions, which session's token), the head and the "       \
   "channel; no session changes."
 LUMEN_CLAIM_PROVEN_ELSEWHERE("lumen_layer_inputs", LUMEN_INPUT_VALUES_SENTENCE,
                              "tests/api/input_values_test.cc",
                              "out-of-domain inputs fail naming tensor, token and head, and "
                              "change nothing");
+LUMEN_CLAIM_PROVEN_ELSEWHERE("lumen_layer_inputs", LUMEN_INPUT_VALUES_SENTENCE,
+                             "tests/api/input_values_test.cc",
+                             "allow_neg_eigval: beta outside [0, 2] fails naming the range");
 LUMEN_CLAIM_PROVEN_ELSEWHERE("lumen_layer_inputs", LUMEN_INPUT_VALUES_SENTENCE,
                              "tests/api/input_values_test.cc",
                              "a batched step names the session whose input is out of domain "

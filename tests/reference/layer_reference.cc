@@ -60,7 +60,9 @@ std::string RefLayer::Describe() const {
   if (normalize) s << " normalize";
   if (qk_l2norm) s << " qk_l2norm";
   if (beta_sigmoid) s << " beta_sigmoid";
+  if (allow_neg_eigval) s << " allow_neg_eigval";
   if (gate_raw) s << " gate_raw";
+  if (gate_lower_bound != 0.0f) s << " gate_lower_bound=" << gate_lower_bound;
   if (!decay.empty()) s << " decay=given";
   if (state_dtype != LUMEN_DTYPE_FLOAT32) s << " state_dtype=" << state_dtype;
   if (conv_size != 0) {
@@ -88,6 +90,15 @@ namespace {
 
 double Softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// A raw gate's log-decay: -exp(A_log) softplus(g + dt_bias), or fla's lower-bounded gate
+// (naive_kda_lowerbound_gate) bound * sigmoid(exp(A_log) (g + dt_bias)).
+double RawGateLogDecay(const RefLayer& layer, double g, double a_log, double dt_bias) {
+  if (layer.gate_lower_bound != 0.0f) {
+    return double{layer.gate_lower_bound} * Sigmoid(std::exp(a_log) * (g + dt_bias));
+  }
+  return -std::exp(a_log) * Softplus(g + dt_bias);
+}
 
 double FeatureMap(int32_t map, double x) {
   switch (map) {
@@ -184,8 +195,8 @@ void RunReference(const RefLayer& layer, int64_t num_tokens, const RefInputs& in
           double g = in.g[t * HV + hv];
           if (layer.gate_raw) {
             const double dt = Softplus(g + double{layer.dt_bias[hv]});
-            g = -std::exp(double{layer.a_log[hv]}) * dt;
             if (layer.family == LUMEN_FAMILY_SSD) write_scale = dt;
+            g = RawGateLogDecay(layer, g, layer.a_log[hv], layer.dt_bias[hv]);
           }
           decay.assign(K, std::exp(g));
           break;
@@ -195,8 +206,7 @@ void RunReference(const RefLayer& layer, int64_t num_tokens, const RefInputs& in
           for (int64_t i = 0; i < K; ++i) {
             double g = in.g[(t * HV + hv) * K + i];
             if (layer.gate_raw) {
-              g = -std::exp(double{layer.a_log[hv]}) *
-                  Softplus(g + double{layer.dt_bias[hv * K + i]});
+              g = RawGateLogDecay(layer, g, layer.a_log[hv], layer.dt_bias[hv * K + i]);
             }
             decay[i] = std::exp(g);
           }
@@ -212,7 +222,8 @@ void RunReference(const RefLayer& layer, int64_t num_tokens, const RefInputs& in
       }
       if (layer.DeltaRule()) {
         double beta = in.beta[t * HV + hv];
-        if (layer.beta_sigmoid) beta = Sigmoid(beta);
+        // fla's allow_neg_eigval: beta = 2 * sigmoid(logit), or a given beta in [0, 2].
+        if (layer.beta_sigmoid) beta = (layer.allow_neg_eigval ? 2.0 : 1.0) * Sigmoid(beta);
         // u = beta (v - S'^T k), read from the decayed state.
         for (int64_t j = 0; j < V; ++j) {
           double sk = 0.0;
@@ -448,7 +459,9 @@ TokenData RandomTokens(const RefLayer& layer, int64_t num_tokens, std::mt19937& 
   }
   if (layer.HasBeta()) {
     const int64_t n = num_tokens * layer.BetaPerToken();
-    d.beta = layer.beta_sigmoid ? Normal(n, 1.5, rng) : Uniform(n, 0.05, 0.95, rng);
+    d.beta = layer.beta_sigmoid       ? Normal(n, 1.5, rng)
+             : layer.allow_neg_eigval ? Uniform(n, 0.05, 1.95, rng)
+                                      : Uniform(n, 0.05, 0.95, rng);
   }
   return d;
 }
@@ -544,7 +557,9 @@ lumen_layer_options ToOptions(const RefLayer& layer) {
   o.normalize_eps = layer.normalize_eps;
   o.qk_l2norm = layer.qk_l2norm ? 1 : 0;
   o.beta_sigmoid = layer.beta_sigmoid ? 1 : 0;
+  o.allow_neg_eigval = layer.allow_neg_eigval ? 1 : 0;
   o.gate_raw = layer.gate_raw ? 1 : 0;
+  o.gate_lower_bound = layer.gate_lower_bound;
   o.state_dtype = layer.state_dtype;
   o.conv_size = layer.conv_size;
   o.conv_activation = layer.conv_activation;

@@ -35,7 +35,9 @@ struct RefLayer {
   float normalize_eps = 0.0f;   // 0: 1e-6
   bool qk_l2norm = false;
   bool beta_sigmoid = false;
+  bool allow_neg_eigval = false;  // beta in [0, 2]: 2 * sigmoid(logit) with beta_sigmoid
   bool gate_raw = false;
+  float gate_lower_bound = 0.0f;  // < 0 with gate_raw: fla's lower-bounded gate
   int32_t state_dtype = LUMEN_DTYPE_FLOAT32;
   std::vector<float> a_log;    // [HV] with gate_raw
   std::vector<float> dt_bias;  // [HV] (gated_delta_net, ssd) or [HV * K] (kda) with gate_raw
@@ -134,7 +136,8 @@ struct TokenData {
 
 // Fresh random inputs of a realistic kind: q, k, v ~ N(0, 1); keys L2-normalised for the delta
 // family unless qk_l2norm; g = log(U(0.8, 1)) per token (or raw pre-activations ~ N(0, 1) with
-// gate_raw); beta ~ U(0.05, 0.95) (or logits ~ N(0, 1.5) with beta_sigmoid).
+// gate_raw); beta ~ U(0.05, 0.95) (U(0.05, 1.95) with allow_neg_eigval; logits ~ N(0, 1.5) with
+// beta_sigmoid).
 TokenData RandomTokens(const RefLayer& layer, int64_t num_tokens, std::mt19937& rng);
 // A random state: matrix entries ~ N(0, 0.3); normalizer ~ U(0.5, 2) (positive, as a sum of
 // positive features would be).

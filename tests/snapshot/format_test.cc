@@ -110,6 +110,16 @@ TEST_CASE("a snapshot of another model gives MODEL_MISMATCH naming what differs"
   }
   {
     auto l = MixedLayers(kDims);
+    l[0].options.allow_neg_eigval = 1;  // fla's: the same dims and parameters, beta in [0, 2]
+    variants.push_back({"other option (allow_neg_eigval)", l, {"options or parameters"}});
+  }
+  {
+    auto l = MixedLayers(kDims);
+    l[0].options.gate_lower_bound = -5.0f;  // fla's lower-bounded gate on the same parameters
+    variants.push_back({"other option (gate_lower_bound)", l, {"options or parameters"}});
+  }
+  {
+    auto l = MixedLayers(kDims);
     l[2].options.scale = 0.5f;
     variants.push_back({"other option (scale)", l, {"options or parameters"}});
   }

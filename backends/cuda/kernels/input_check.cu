@@ -28,8 +28,11 @@ struct CheckArgs {
 };
 
 __device__ __forceinline__ bool Inside(float value, int32_t domain) {
-  const float low = domain == kDomainUnit ? 0.0f : -kLargest;
-  const float high = domain == kDomainFinite ? kLargest : domain == kDomainLogGate ? 0.0f : 1.0f;
+  const float low = domain == kDomainUnit || domain == kDomainDoubleUnit ? 0.0f : -kLargest;
+  const float high = domain == kDomainFinite    ? kLargest
+                     : domain == kDomainLogGate ? 0.0f
+                     : domain == kDomainUnit    ? 1.0f
+                                                : 2.0f;
   return value >= low && value <= high;  // false for NaN
 }
 
@@ -140,7 +143,9 @@ cudaError_t LaunchCheckInputs(const LayerConfig& layer, const RawInputs& inputs,
   args.tensors[kInputV] = {inputs.v, num_tokens * HV * V, HV, V, kDomainFinite};
   if (layer.delta_rule) {
     args.tensors[kInputBeta] = {inputs.beta, num_tokens * HV, HV, 1,
-                                layer.beta_sigmoid ? kDomainFinite : kDomainUnit};
+                                layer.beta_sigmoid       ? kDomainFinite
+                                : layer.allow_neg_eigval ? kDomainDoubleUnit
+                                                         : kDomainUnit};
   }
   int64_t largest = 0;
   for (const CheckedTensor& t : args.tensors) largest = std::max(largest, t.count);

@@ -14,8 +14,9 @@ namespace lumen::cuda {
 
 // The tensors of a call, in the order the CPU backend checks them.
 enum : int32_t { kInputQ = 0, kInputK = 1, kInputG = 2, kInputV = 3, kInputBeta = 4 };
-// The domains of src/input_domain.h: finite, a log-decay (<= 0), a write strength ([0, 1]).
-enum : int32_t { kDomainFinite = 0, kDomainLogGate = 1, kDomainUnit = 2 };
+// The domains of src/input_domain.h: finite, a log-decay (<= 0), a write strength ([0, 1]),
+// one under allow_neg_eigval ([0, 2]).
+enum : int32_t { kDomainFinite = 0, kDomainLogGate = 1, kDomainUnit = 2, kDomainDoubleUnit = 3 };
 
 inline constexpr unsigned long long kNoInputError = ~0ull;
 // A candidate's key: tensor in the high bits, element index below, so the smallest key is the

@@ -23,7 +23,10 @@ struct LayerConfig {
   GateKind gate = GateKind::kNone;
   bool qk_l2norm = false;
   bool beta_sigmoid = false;
+  float beta_logit_scale = 1.0f;           // beta = scale * sigmoid(logit): 2 with allow_neg_eigval
+  bool allow_neg_eigval = false;           // beta inputs in [0, 2] (the input check)
   bool gate_raw = false;
+  float gate_lower_bound = 0.0f;           // < 0: fla's lower-bounded raw gate; 0: off
   bool delta_rule = false;
   bool normalize = false;
   float normalize_eps = 1e-6f;
@@ -100,11 +103,16 @@ __device__ __forceinline__ float LogDecay(const LayerConfig& layer, float raw, i
   if (!layer.gate_raw) return raw;
   const float bias = layer.dt_bias[static_cast<int64_t>(hv) * layer.dt_bias_per_head +
                                    (layer.dt_bias_per_head == 1 ? 0 : channel)];
+  if (layer.gate_lower_bound != 0.0f) {
+    // fla's lower_bound: bound * sigmoid(exp(A_log) (g + dt_bias)), in (bound, 0).
+    return layer.gate_lower_bound / (1.0f + expf(-expf(layer.a_log[hv]) * (raw + bias)));
+  }
   return -expf(layer.a_log[hv]) * Softplus(raw + bias);
 }
 
+// sigmoid(logit) with beta_sigmoid, 2 * sigmoid(logit) with allow_neg_eigval too (fla's).
 __device__ __forceinline__ float PreparedBeta(const LayerConfig& layer, float raw) {
-  return layer.beta_sigmoid ? 1.0f / (1.0f + expf(-raw)) : raw;
+  return layer.beta_sigmoid ? layer.beta_logit_scale / (1.0f + expf(-raw)) : raw;
 }
 
 }  // namespace lumen::cuda

@@ -27,7 +27,7 @@ LumenError = capi.LumenError
 
 __all__ = [
     "LumenError", "Status", "Family", "FeatureMap", "DType", "Memory", "Backend", "Param",
-    "StatePart", "LayerOptions", "EngineOptions", "SnapshotOptions", "Reservation",
+    "StatePart", "StateLayout", "LayerOptions", "EngineOptions", "SnapshotOptions", "Reservation",
     "StoreOptions", "StoreSaveOptions", "ModelBuilder", "Model", "Engine", "Session", "Store",
     "version",
 ]
@@ -49,6 +49,7 @@ Memory = _enum_from("Memory", "LUMEN_MEMORY_")
 Backend = _enum_from("Backend", "LUMEN_BACKEND_")
 Param = _enum_from("Param", "LUMEN_PARAM_")
 StatePart = _enum_from("StatePart", "LUMEN_STATE_")
+StateLayout = _enum_from("StateLayout", "LUMEN_LAYOUT_")
 ConvActivation = _enum_from("ConvActivation", "LUMEN_CONV_ACTIVATION_")
 
 
@@ -320,12 +321,15 @@ class Engine(_Handle):
             capi.lumen_model_layer_options(self._model.address, layer)
         return self._shapes[layer]
 
-    def _state_axes(self, layer, part):
-        """A state part's axes as (name, extent) pairs, or None for a part whose shape this
-        module does not know (it is then a flat array)."""
+    def _state_axes(self, layer, part, layout=StateLayout.LUMEN):
+        """A state part's axes as (name, extent) pairs in `layout`, or None for a part whose
+        shape this module does not know (it is then a flat array)."""
         shape = self._shape(layer)
-        window = ("W-1", max(shape.conv_size - 1, 0))
+        fla = int(layout) == StateLayout.FLA
+        window = ("W", shape.conv_size) if fla else ("W-1", max(shape.conv_size - 1, 0))
         if int(part) == StatePart.MATRIX:
+            if fla:
+                return (("HV", shape.value_heads), ("V", shape.value_dim), ("K", shape.key_dim))
             return (("HV", shape.value_heads), ("K", shape.key_dim), ("V", shape.value_dim))
         if int(part) == StatePart.NORMALIZER:
             return (("HV", shape.value_heads), ("K", shape.key_dim))
@@ -442,12 +446,15 @@ class Session(_Handle):
         """Takes every layer back num_tokens tokens, bitwise (lumen_session_rewind)."""
         capi.lumen_session_rewind(self.address, int(num_tokens))
 
-    def read_state(self, layer, part=StatePart.MATRIX, out=None):
-        """Copies one part of a layer's state, fp32 canonical layout ([HV, K, V] for the
-        matrix; fla's caches hold it V-first, [HV, V, K]), into `out` (a buffer or a host
-        DLPack tensor, flat or of the part's shape) or a new numpy array, which it returns."""
-        count = capi.lumen_model_state_count(self._engine.model.address, layer, int(part))
-        axes = self._engine._state_axes(layer, part)
+    def read_state(self, layer, part=StatePart.MATRIX, out=None, layout=StateLayout.LUMEN):
+        """Copies one part of a layer's state, fp32, into `out` (a buffer or a host DLPack
+        tensor, flat or of the part's shape) or a new numpy array, which it returns. In the
+        canonical layout ([HV, K, V] for the matrix, [C, W-1] for a conv window), or with
+        layout=StateLayout.FLA in fla's layer caches' ([HV, V, K]; [C, W] whose oldest column
+        reads 0)."""
+        count = capi.lumen_model_state_count_as(self._engine.model.address, layer, int(part),
+                                                int(layout))
+        axes = self._engine._state_axes(layer, part, layout)
         if out is None:
             shape = tuple(extent for _, extent in axes) if axes else (count,)
             out = _new_output(shape, DType.FLOAT32)
@@ -455,21 +462,24 @@ class Session(_Handle):
         try:
             if axes:
                 _check_shape(out_values.shape, "out", "read_state", axes)
-            capi.lumen_session_read_state(self.address, layer, int(part), out_values.argument)
+            capi.lumen_session_read_state_as(self.address, layer, int(part), int(layout),
+                                             out_values.argument)
         finally:
             out_values.release()
         return out
 
-    def write_state(self, layer, values, part=StatePart.MATRIX):
-        """Overwrites one part of a layer's state from fp32 values in the canonical layout
-        (flat, or of the part's shape: [HV, K, V] for the matrix): a buffer or a host DLPack
-        tensor."""
-        axes = self._engine._state_axes(layer, part)
+    def write_state(self, layer, values, part=StatePart.MATRIX, layout=StateLayout.LUMEN):
+        """Overwrites one part of a layer's state from fp32 values (flat, or of the part's
+        shape): a buffer or a host DLPack tensor. In the canonical layout ([HV, K, V] for the
+        matrix), or with layout=StateLayout.FLA as an fla layer's cache holds one sequence's
+        state ([HV, V, K]; conv windows [C, W], the oldest column ignored)."""
+        axes = self._engine._state_axes(layer, part, layout)
         values = _host_floats(values, "values")
         try:
             if axes:
                 _check_shape(values.shape, "values", "write_state", axes)
-            capi.lumen_session_write_state(self.address, layer, int(part), values.argument)
+            capi.lumen_session_write_state_as(self.address, layer, int(part), int(layout),
+                                              values.argument)
         finally:
             values.release()
 

@@ -141,8 +141,8 @@
  *   q, k   [T, H, K]      v, o   [T, HV, V]      beta [T, HV]
  *   g      [T, HV] for a scalar gate (ssd, gated_delta_net), [T, HV, K] for a vector gate
  *          (gla, kda); natural-log decay, g <= 0 (raw pre-activations when gate_raw is on).
- *   Every input value must be finite; beta in [0, 1] unless beta_sigmoid (see
- *   lumen_layer_inputs).
+ *   Every input value must be finite; beta in [0, 1] unless beta_sigmoid ([0, 2] with
+ *   allow_neg_eigval; see lumen_layer_inputs).
  *   state  [HV, K, V] fp32 (canonical layout); normalizer [HV, K] fp32.
  *   conv windows (conv_size = W > 0)  q, k [H * K, W-1]   v [HV * V, W-1]
  */
@@ -311,7 +311,8 @@ LUMEN_API const char* lumen_backend_string(int32_t backend);
  */
 typedef enum lumen_param {
   /** [HV], needed with gate_raw (gated_delta_net, kda, ssd): g = -exp(A_log[h]) * dt, where
-   *  dt = softplus(g_raw + dt_bias). */
+   *  dt = softplus(g_raw + dt_bias); with gate_lower_bound, g = gate_lower_bound *
+   *  sigmoid(exp(A_log[h]) * (g_raw + dt_bias)). */
   LUMEN_PARAM_A_LOG = 0,
   /** [HV] for gated_delta_net and ssd, [HV * K] for kda; needed with gate_raw. */
   LUMEN_PARAM_DT_BIAS = 1,
@@ -349,6 +350,19 @@ typedef enum lumen_state_part {
   LUMEN_STATE_CONV_V = 4      /* [HV * V, W-1] */
 } lumen_state_part;
 
+/** The layouts lumen_session_read_state_as and lumen_session_write_state_as take. Since 0.4. */
+typedef enum lumen_state_layout {
+  /** lumen's canonical layout (lumen_session_read_state's): the matrix [HV, K, V], the
+   *  normalizer [HV, K], a conv window [C, W-1] holding the last W-1 inputs, oldest first. */
+  LUMEN_LAYOUT_LUMEN = 0,
+  /** flash-linear-attention's layer caches: the matrix V-first, [HV, V, K] (fla's
+   *  state_v_first=True, its layers' choice); the normalizer [HV, K]; a conv window [C, W], the
+   *  last W inputs oldest first, as fla's ShortConvolution keeps it, whose oldest column
+   *  (column 0) fla drops before the next token reads the window. lumen does not keep that
+   *  column: reading writes 0 there, writing ignores it. */
+  LUMEN_LAYOUT_FLA = 1
+} lumen_state_layout;
+
 /** The activation after a layer's short convolution. Since 0.2. */
 typedef enum lumen_conv_activation {
   LUMEN_CONV_ACTIVATION_SILU = 0, /* x * sigmoid(x): fla's and the models' default */
@@ -383,7 +397,8 @@ typedef struct lumen_layer_options {
   float scale;            /* multiplies q; 0 means the default K^-0.5 (Mamba-2 uses 1) */
   int32_t feature_map;    /* lumen_feature_map; linear_attn only */
   int32_t normalize;      /* 0/1; linear_attn only: keep z and divide by q.z + eps */
-  float normalize_eps;    /* eps of normalize; 0 means 1e-6 */
+  float normalize_eps;    /* eps of normalize; 0 means 1e-6. fla's linear attention adds
+                             1e-10: set that to reproduce its outputs (docs/spec.md §2) */
   int32_t qk_l2norm;      /* 0/1: L2-normalise q and k inside the layer (before phi and scale) */
   int32_t beta_sigmoid;   /* 0/1: beta arrives as a logit (delta family only) */
   int32_t gate_raw;       /* 0/1: g arrives raw; needs A_log and dt_bias (gated_delta_net, kda,
@@ -394,6 +409,15 @@ typedef struct lumen_layer_options {
                              each of q, k and v, with weights LUMEN_PARAM_CONV_*_WEIGHT and a
                              window of the last W-1 inputs in the session (LUMEN_STATE_CONV_*) */
   int32_t conv_activation;/* lumen_conv_activation after the convolution; default SILU */
+  /* Since 0.4 (struct_size tells whether a caller has them): fla's layer options. */
+  int32_t allow_neg_eigval;/* 0/1, delta family only: beta may lie in [0, 2], so the state's
+                             transition may have negative eigenvalues (fla's allow_neg_eigval);
+                             with beta_sigmoid beta = 2 * sigmoid(logit) */
+  float gate_lower_bound; /* 0 (default: the raw gate above) or a finite value < 0, with
+                             gate_raw on gated_delta_net and kda: the lower-bounded gate
+                             g = gate_lower_bound * sigmoid(exp(A_log) * (g_raw + dt_bias)),
+                             in (gate_lower_bound, 0) (fla's lower_bound, as with safe_gate;
+                             fla's form without A_log is A_log = 0) */
 } lumen_layer_options;
 
 /** Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32;
@@ -444,8 +468,9 @@ LUMEN_API void lumen_model_builder_destroy(lumen_model_builder* builder);
  * Appends a layer. The options are validated now: a known family; H, K, V >= 1 and HV a
  * multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite
  * and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize
- * are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and
- * ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
+ * are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw
+ * gated_delta_net's, kda's and ssd's, gate_lower_bound (finite, <= 0) gated_delta_net's and
+ * kda's with gate_raw; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
  * conv_activation. On success the new layer's index is written to
  * *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming
  * the problem.
@@ -502,6 +527,14 @@ LUMEN_API lumen_status lumen_model_layer_options(const lumen_model* model, int32
  */
 LUMEN_API lumen_status lumen_model_state_count(const lumen_model* model, int32_t layer,
                                                int32_t part, int64_t* out);
+
+/**
+ * lumen_model_state_count in a lumen_state_layout: the part's element count in that layout
+ * (in fla's, a conv window holds W columns: H*K*W, H*K*W and HV*V*W, 0 without a
+ * convolution). An unknown part or layout is LUMEN_ERROR_INVALID_ARGUMENT. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_model_state_count_as(const lumen_model* model, int32_t layer,
+                                                  int32_t part, int32_t layout, int64_t* out);
 
 /**
  * Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,
@@ -740,6 +773,30 @@ LUMEN_API lumen_status lumen_session_write_state(lumen_session* session, int32_t
                                                  int32_t part, const float* values,
                                                  int64_t count);
 
+/**
+ * lumen_session_read_state in a lumen_state_layout: copies one part of layer `layer`'s state
+ * into out[0..count), fp32. count must equal the part's element count in that layout (in
+ * fla's: HV * V * K for the matrix, HV * K for the normalizer, C * W for a conv window). An
+ * unknown layout, a wrong count or a part the layer does not keep is
+ * LUMEN_ERROR_INVALID_ARGUMENT. Host memory. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_read_state_as(const lumen_session* session, int32_t layer,
+                                                   int32_t part, int32_t layout, float* out,
+                                                   int64_t count);
+
+/**
+ * lumen_session_write_state in a lumen_state_layout: overwrites one part of layer `layer`'s
+ * state from values[0..count) (fp32; count as for lumen_session_read_state_as). With
+ * LUMEN_LAYOUT_FLA, one sequence's recurrent state ([HV, V, K]) and conv windows
+ * ([C, W]) from an fla layer's cache go in as they are, and the conversation continues here.
+ * Rounds to the stored dtype. The token count is unchanged. Rejects non-finite values (in
+ * the ignored column too). Same errors as lumen_session_read_state_as; the session is
+ * unchanged on any error. Host memory. Since 0.4.
+ */
+LUMEN_API lumen_status lumen_session_write_state_as(lumen_session* session, int32_t layer,
+                                                    int32_t part, int32_t layout,
+                                                    const float* values, int64_t count);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Running layers                                                                             */
 /* ------------------------------------------------------------------------------------------ */
@@ -755,8 +812,9 @@ LUMEN_API lumen_status lumen_session_write_state(lumen_session* session, int32_t
  * A struct_size of 0.1.0's struct (without `stream`) is accepted and means stream NULL.
  *
  * Values are checked before anything runs: NaN or infinity in any input, g > 0 as a log-decay
- * (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
- * beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
+ * (any finite value with gate_raw), and beta outside [0, 1] ([0, 2] with allow_neg_eigval; any
+ * finite logit with beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the
+ * tensor, the token
  * (and, in a call of several sessions, which session's token), the head and the channel; no
  * session changes. On GPU engines a call over device buffers reports this later (see "GPU
  * engines").

@@ -181,6 +181,27 @@ inline RefLayer Layer(int32_t family, int32_t H, int32_t HV, int32_t K, int32_t 
   return layer;
 }
 
+// Layers with fla's options: allow_neg_eigval (beta = 2 * sigmoid(logit) on gated_delta_net
+// and kda, beta given in [0, 2] on delta_net), and the lower-bounded gate on gated_delta_net
+// and kda.
+inline void AppendFlaOptionLayers(int32_t H, int32_t HV, int32_t K, int32_t V,
+                                  std::vector<RefLayer>* layers) {
+  for (int32_t family : {LUMEN_FAMILY_GATED_DELTA_NET, LUMEN_FAMILY_KDA}) {
+    RefLayer layer = Layer(family, H, HV, K, V);
+    layer.qk_l2norm = layer.beta_sigmoid = layer.gate_raw = layer.allow_neg_eigval = true;
+    layers->push_back(layer);
+  }
+  RefLayer given_beta = Layer(LUMEN_FAMILY_DELTA_NET, H, HV, K, V);
+  given_beta.allow_neg_eigval = true;
+  layers->push_back(given_beta);
+  for (int32_t family : {LUMEN_FAMILY_GATED_DELTA_NET, LUMEN_FAMILY_KDA}) {
+    RefLayer layer = Layer(family, H, HV, K, V);
+    layer.qk_l2norm = layer.beta_sigmoid = layer.gate_raw = true;
+    layer.gate_lower_bound = -5.0f;
+    layers->push_back(layer);
+  }
+}
+
 // Every family, with the options real models use switched on for some.
 inline std::vector<RefLayer> EveryFamily(int32_t H, int32_t HV, int32_t K, int32_t V,
                                   std::mt19937& rng) {
@@ -203,6 +224,8 @@ inline std::vector<RefLayer> EveryFamily(int32_t H, int32_t HV, int32_t K, int32
   qwen.qk_l2norm = qwen.beta_sigmoid = qwen.gate_raw = true;
   qwen.conv_size = 4;
   layers.push_back(qwen);
+  // fla's options (the tests index the layers above, and take Mamba-2 as the last).
+  AppendFlaOptionLayers(H, HV, K, V, &layers);
   RefLayer mamba2 = Layer(LUMEN_FAMILY_SSD, H, HV, K, V);
   mamba2.gate_raw = true;
   mamba2.conv_size = 4;

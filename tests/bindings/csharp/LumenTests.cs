@@ -307,6 +307,100 @@ public static class LumenTests {
     }
   }
 
+  // fla's allow_neg_eigval: beta in [0, 2]. One token from a zero state with a unit key: the
+  // state becomes beta k v^T, so o = beta (q . k) v.
+  static void AllowNegEigvalTakesBetaUpToTwo() {
+    var q = new float[] {1, 0, 0, 0}; var k = new float[] {1, 0, 0, 0};
+    var v = new float[] {1, 2, 3, 4};
+    Model model;
+    using (var builder = new ModelBuilder())
+    using (var doubled = Layer(LumenFamily.DELTA_NET, 1, 1, 4, 4))
+    using (var plain = Layer(LumenFamily.DELTA_NET, 1, 1, 4, 4)) {
+      doubled.Scale = plain.Scale = 1;
+      doubled.AllowNegEigval = true;
+      builder.AddLayer(doubled);
+      builder.AddLayer(plain);
+      model = builder.Build();
+    }
+    using (model)
+    using (var options = new EngineOptions { NumThreads = 1 })
+    using (var engine = new Engine(model, options))
+    using (Session session = engine.NewSession()) {
+      using (var built = model.LayerOptions(0)) Check(built.AllowNegEigval, "the option reads back");
+      var o = session.Step(0, q, k, v, null, new float[] {1.5f});
+      Check(o.SequenceEqual(new float[] {1.5f, 3, 4.5f, 6}), "o = 1.5 v");
+      var twoAndAHalf = Throws<LumenException>(
+          () => session.Step(0, q, k, v, null, new float[] {2.5f}), "beta 2.5");
+      Check(twoAndAHalf.Message.Contains("must lie in [0, 2]"), twoAndAHalf.Message);
+      var without = Throws<LumenException>(
+          () => session.Step(1, q, k, v, null, new float[] {1.5f}), "beta 1.5 without the option");
+      Check(without.Message.Contains("must lie in [0, 1]"), without.Message);
+    }
+  }
+
+  // gated_delta_net, K = V = 1, A_log = dt_bias = 0, raw gates 0: the lower-bounded gate is
+  // -2 * sigmoid(0) = -1, the raw gate -softplus(0) = -ln 2. A first token writes S = 1 (beta
+  // 1); a second with beta 0 only decays it, so it reads exp(g).
+  static void GateLowerBoundIsFlasLowerBoundedGate() {
+    var one = new float[] {1}; var zero = new float[] {0};
+    Model model;
+    using (var builder = new ModelBuilder()) {
+      foreach (float bound in new float[] {-2, 0}) {
+        using (var layer = Layer(LumenFamily.GATED_DELTA_NET, 1, 1, 1, 1)) {
+          layer.GateRaw = true;
+          layer.GateLowerBound = bound;
+          int index = builder.AddLayer(layer);
+          builder.SetParam(index, LumenParam.A_LOG, zero);
+          builder.SetParam(index, LumenParam.DT_BIAS, zero);
+        }
+      }
+      model = builder.Build();
+    }
+    using (model)
+    using (var options = new EngineOptions { NumThreads = 1 })
+    using (var engine = new Engine(model, options))
+    using (Session session = engine.NewSession()) {
+      using (var built = model.LayerOptions(0)) Check(built.GateLowerBound == -2, "the bound reads back");
+      for (int layer = 0; layer < 2; ++layer) {
+        Check(session.Step(layer, one, one, one, zero, one)[0] == 1, "the first token writes S = 1");
+        double read = session.Step(layer, one, one, one, zero, zero)[0];
+        double expected = layer == 0 ? Math.Exp(-1) : 0.5;
+        Check(Math.Abs(read - expected) <= 1e-6, "layer " + layer + " reads " + read);
+      }
+    }
+  }
+
+  // A gla layer, HV = 1, K = 2, V = 3, a convolution of width 3 (channels: H*K = 2 for q).
+  static void StatesMoveInFlasLayout() {
+    Model model;
+    using (var builder = new ModelBuilder())
+    using (var layer = Layer(LumenFamily.GLA, 1, 1, 2, 3)) {
+      layer.ConvSize = 3;
+      builder.AddLayer(layer);
+      builder.SetParam(0, LumenParam.CONV_Q_WEIGHT, new float[6]);
+      builder.SetParam(0, LumenParam.CONV_K_WEIGHT, new float[6]);
+      builder.SetParam(0, LumenParam.CONV_V_WEIGHT, new float[9]);
+      model = builder.Build();
+    }
+    using (model)
+    using (var options = new EngineOptions { NumThreads = 1 })
+    using (var engine = new Engine(model, options))
+    using (Session session = engine.NewSession()) {
+      Check(model.StateCount(0, LumenStatePart.CONV_Q, LumenStateLayout.FLA) == 6, "fla count");
+      session.WriteState(0, new float[] {1, 2, 3, 4, 5, 6});  // [K, V]
+      Check(session.ReadState(0, LumenStatePart.MATRIX, LumenStateLayout.FLA)
+                .SequenceEqual(new float[] {1, 4, 2, 5, 3, 6}), "the matrix V-first");
+      session.WriteState(0, new float[] {9, 1, 2, 9, 3, 4}, LumenStatePart.CONV_Q,
+                         LumenStateLayout.FLA);
+      Check(session.ReadState(0, LumenStatePart.CONV_Q).SequenceEqual(new float[] {1, 2, 3, 4}),
+            "the window without fla's oldest column");
+      Check(session.ReadState(0, LumenStatePart.CONV_Q, LumenStateLayout.FLA)
+                .SequenceEqual(new float[] {0, 1, 2, 0, 3, 4}), "fla's window, oldest column 0");
+      Throws<LumenException>(() => session.WriteState(0, new float[4], LumenStatePart.CONV_Q,
+                                                      LumenStateLayout.FLA), "a W-1 window");
+    }
+  }
+
   static void ReservingScratchChecksItsArguments() {
     using (Engine engine = NewEngine(out Model model))
     using (model)
@@ -674,8 +768,9 @@ public static class LumenTests {
       EveryHeaderFunctionIsReachable, StepAndPrefillMatchTheReference, PointersAndBf16Inputs,
       BatchedStepAndVarlenPrefillMatchSingleSessions, SnapshotRoundTripsThroughBytesAndAFile,
       StoresSaveAndLoadByKeyWithVersions, SessionsBeyondTheBudgetSpillAndComeBackBitForBit,
-      BadCallsThrowWithTheLibraryMessage, ReservingScratchChecksItsArguments,
-      TheDeviceBufferCheckCanBeSkipped,
+      BadCallsThrowWithTheLibraryMessage, AllowNegEigvalTakesBetaUpToTwo,
+      GateLowerBoundIsFlasLowerBoundedGate, StatesMoveInFlasLayout,
+      ReservingScratchChecksItsArguments, TheDeviceBufferCheckCanBeSkipped,
       TextFieldsFreeTheirCopies, NativeMemoryIsReleased, DroppedSessionsStayWithinAMemoryBound,
       DroppedSessionsCauseFullCollections, DisposeWaitsForACallInProgress,
       EnumsAndFlagsNeedNoCasts, PresetsAreLayerOptionsFactories, SpansMatchArrays,

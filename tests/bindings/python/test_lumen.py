@@ -377,6 +377,186 @@ def test_handles_forward_header_calls_they_do_not_wrap(engine, monkeypatch):
         lumen.LayerOptions(preset="no_such_model")
 
 
+def test_allow_neg_eigval_takes_beta_in_0_2_as_fla_does():
+    """fla's allow_neg_eigval: beta in [0, 2], given as it is or as 2 * sigmoid(logit) with
+    beta_sigmoid; a beta outside [0, 2] fails naming the range."""
+    rng = np.random.default_rng(7)
+    tokens = 6
+    q, k, v, g, _ = random_inputs(rng, tokens)
+    beta = rng.uniform(0.0, 2.0, (tokens, HV)).astype(np.float32)
+    logits = (2.0 * rng.standard_normal((tokens, HV))).astype(np.float32)
+    as_double = [x.astype(np.float64) for x in (q, k, v, g)]
+    given, _ = gated_delta_net_reference(*as_double, beta.astype(np.float64), K ** -0.5)
+    doubled = 2.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    from_logits, _ = gated_delta_net_reference(*as_double, doubled, K ** -0.5)
+    with lumen.ModelBuilder() as builder:
+        dims = dict(family="gated_delta_net", num_heads=H, num_value_heads=HV, key_dim=K,
+                    value_dim=V, allow_neg_eigval=True)
+        builder.add_layer(**dims)
+        builder.add_layer(beta_sigmoid=True, **dims)
+        model = builder.build()
+    with model, lumen.Engine(model, num_threads=1) as engine, lumen.Session(engine) as session:
+        assert model.layer_options(1).allow_neg_eigval == 1
+        assert relative_rms(session.prefill(0, q, k, v, g=g, beta=beta), given) <= 1e-4
+        assert relative_rms(session.prefill(1, q, k, v, g=g, beta=logits), from_logits) <= 1e-4
+        with pytest.raises(lumen.LumenError, match=r"must lie in \[0, 2\]"):
+            session.step(0, q[0], k[0], v[0], g=g[0], beta=np.full(HV, 2.5, np.float32))
+
+
+def kda_reference(q, k, v, log_decay, beta, scale):
+    """KDA's recurrence (docs/spec.md §2) in float64: per-channel decay, erase, write, read."""
+    tokens = q.shape[0]
+    state = np.zeros((HV, K, V))
+    out = np.zeros((tokens, HV, V))
+    for t in range(tokens):
+        for hv in range(HV):
+            h = hv // (HV // H)
+            s = state[hv] * np.exp(log_decay[t, hv])[:, None]
+            s = s + np.outer(k[t, h], beta[t, hv] * (v[t, hv] - s.T @ k[t, h]))
+            state[hv] = s
+            out[t, hv] = s.T @ (scale * q[t, h])
+    return out
+
+
+def naive_kda_lowerbound_gate(g, A_log, dt_bias, lower_bound):
+    """fla's fla/ops/kda/gate.py naive_kda_lowerbound_gate, in numpy float64: A_log may be None."""
+    g = g + dt_bias.reshape(HV, K)
+    if A_log is not None:
+        g = np.exp(A_log).reshape(HV, 1) * g
+    return lower_bound / (1.0 + np.exp(-g))
+
+
+def test_gate_lower_bound_is_flas_lower_bounded_gate():
+    """fla's lower_bound on KDA: g = lower_bound * sigmoid(exp(A_log) * (g_raw + dt_bias)); its
+    form without A_log is A_log = 0 here."""
+    rng = np.random.default_rng(9)
+    tokens = 7
+    q, k, v, _, beta = random_inputs(rng, tokens)
+    g_raw = rng.standard_normal((tokens, HV, K)).astype(np.float32)
+    a_log = rng.uniform(0.0, np.log(16.0), HV).astype(np.float32)
+    dt_bias = rng.uniform(-1.0, 1.0, HV * K).astype(np.float32)
+    with lumen.ModelBuilder() as builder:
+        for layer, layer_a_log in enumerate((a_log, np.zeros(HV, np.float32))):
+            builder.add_layer(family="kda", num_heads=H, num_value_heads=HV, key_dim=K,
+                              value_dim=V, gate_raw=True, gate_lower_bound=-5.0)
+            builder.set_param(layer, "a_log", layer_a_log)
+            builder.set_param(layer, "dt_bias", dt_bias)
+        model = builder.build()
+    as_double = [x.astype(np.float64) for x in (q, k, v)]
+    with model, lumen.Engine(model, num_threads=1) as engine, lumen.Session(engine) as session:
+        assert model.layer_options(0).gate_lower_bound == -5.0
+        for layer, fla_a_log in ((0, a_log.astype(np.float64)), (1, None)):
+            gates = naive_kda_lowerbound_gate(g_raw.astype(np.float64), fla_a_log,
+                                              dt_bias.astype(np.float64), -5.0)
+            expected = kda_reference(*as_double, gates, beta.astype(np.float64), K ** -0.5)
+            out = session.prefill(layer, q, k, v, g=g_raw, beta=beta)
+            assert relative_rms(out, expected) <= 1e-4
+
+
+def test_normalizer_eps_default_and_flas():
+    """Linear attention's normaliser divides by q.z + eps: lumen's eps is 1e-6 by default,
+    fla's linear attention adds 1e-10. With q = k = 1e-3, v = 1, K = V = 1: 0.5 and 0.9999."""
+    one = dict(family="linear_attn", num_heads=1, key_dim=1, value_dim=1, normalize=True)
+    with lumen.ModelBuilder() as builder:
+        builder.add_layer(**one)
+        builder.add_layer(normalize_eps=1e-10, **one)
+        model = builder.build()
+    q = np.full((1, 1), 1e-3, np.float32)
+    with model, lumen.Engine(model, num_threads=1) as engine, lumen.Session(engine) as session:
+        assert model.layer_options(0).normalize_eps == np.float32(1e-6)
+        lumens = session.step(0, q, q, np.ones((1, 1), np.float32))
+        flas = session.step(1, q, q, np.ones((1, 1), np.float32))
+    assert abs(float(lumens[0, 0]) - 0.5) < 1e-4
+    assert abs(float(flas[0, 0]) - 0.9999) < 1e-4
+
+
+class FlaGatedDeltaNetLayer:
+    """fla's GatedDeltaNet layer core in float64, written as fla keeps its cache: conv windows
+    [C, W] (ShortConvolution.step: roll left, write the newest column, weigh all W), SiLU,
+    l2norm of q and k (x / sqrt(sum x^2 + 1e-6)), beta = sigmoid(b), the raw gate
+    -exp(A_log) softplus(g + dt_bias), and the recurrent state V-first, [HV, V, K]
+    (state_v_first=True): S = exp(g) S; S += beta (v - S k) k^T; o = S (scale q)."""
+
+    def __init__(self, weights, a_log, dt_bias, width):
+        self.weights, self.a_log, self.dt_bias = weights, a_log, dt_bias
+        self.conv = [np.zeros((w.shape[0], width)) for w in weights]
+        self.state = np.zeros((HV, V, K))
+
+    def step(self, q, k, v, g, b):
+        parts = []
+        for window, weight, x in zip(self.conv, self.weights, (q, k, v)):
+            window[:] = np.roll(window, -1, axis=-1)
+            window[:, -1] = x.reshape(-1)
+            y = (window * weight).sum(-1)
+            parts.append(y / (1.0 + np.exp(-y)))
+        q, k = (p.reshape(H, K) / np.sqrt((p.reshape(H, K) ** 2).sum(-1, keepdims=True) + 1e-6)
+                for p in parts[:2])
+        v = parts[2].reshape(HV, V)
+        decay = np.exp(-np.exp(self.a_log) * np.logaddexp(0.0, g + self.dt_bias))
+        beta = 1.0 / (1.0 + np.exp(-b))
+        out = np.zeros((HV, V))
+        for hv in range(HV):
+            h = hv // (HV // H)
+            s = self.state[hv] * decay[hv]
+            s = s + np.outer(beta[hv] * (v[hv] - s @ k[h]), k[h])
+            self.state[hv] = s
+            out[hv] = s @ (K ** -0.5 * q[h])
+        return out
+
+
+def test_a_conversation_moves_from_flas_cache_layout_into_lumen():
+    """fla's layer cache ([HV, V, K] state, [C, W] conv windows) written with
+    layout=StateLayout.FLA continues the conversation in lumen as fla's own recurrence does;
+    lumen's state read back in fla's layout is fla's cache."""
+    rng = np.random.default_rng(13)
+    width, tokens, moved_at = 4, 9, 5
+    channels = (H * K, H * K, HV * V)
+    weights = [rng.uniform(-0.5, 0.5, (c, width)) for c in channels]
+    a_log = rng.uniform(0.0, np.log(16.0), HV)
+    dt_bias = rng.uniform(-1.0, 1.0, HV)
+    q = rng.standard_normal((tokens, H, K)).astype(np.float32)
+    k = rng.standard_normal((tokens, H, K)).astype(np.float32)
+    v = rng.standard_normal((tokens, HV, V)).astype(np.float32)
+    g = rng.standard_normal((tokens, HV)).astype(np.float32)
+    b = rng.standard_normal((tokens, HV)).astype(np.float32)
+    fla = FlaGatedDeltaNetLayer([w.astype(np.float32).astype(np.float64) for w in weights],
+                                a_log.astype(np.float32).astype(np.float64),
+                                dt_bias.astype(np.float32).astype(np.float64), width)
+    expected = [fla.step(*(x[t].astype(np.float64) for x in (q, k, v, g, b)))
+                for t in range(tokens)]
+    # The same conversation up to the move, for fla's cache at that point.
+    moved = FlaGatedDeltaNetLayer(fla.weights, fla.a_log, fla.dt_bias, width)
+    for t in range(moved_at):
+        moved.step(*(x[t].astype(np.float64) for x in (q, k, v, g, b)))
+
+    with lumen.ModelBuilder() as builder:
+        builder.add_layer(family="gated_delta_net", num_heads=H, num_value_heads=HV, key_dim=K,
+                          value_dim=V, qk_l2norm=True, beta_sigmoid=True, gate_raw=True,
+                          conv_size=width)
+        builder.set_param(0, "a_log", a_log.astype(np.float32))
+        builder.set_param(0, "dt_bias", dt_bias.astype(np.float32))
+        for part, weight in zip("qkv", weights):
+            builder.set_param(0, "conv_%s_weight" % part, weight.astype(np.float32))
+        model = builder.build()
+    parts = (lumen.StatePart.CONV_Q, lumen.StatePart.CONV_K, lumen.StatePart.CONV_V)
+    with model, lumen.Engine(model, num_threads=1) as engine, lumen.Session(engine) as session:
+        fla_layout = lumen.StateLayout.FLA
+        session.write_state(0, moved.state.astype(np.float32), layout=fla_layout)
+        for part, window in zip(parts, moved.conv):
+            session.write_state(0, window.astype(np.float32), part, layout=fla_layout)
+        rest = slice(moved_at, tokens)
+        out = session.prefill(0, q[rest], k[rest], v[rest], g=g[rest], beta=b[rest])
+        assert relative_rms(out, np.stack(expected[moved_at:])) <= 1e-4
+        state = session.read_state(0, layout=fla_layout)
+        assert state.shape == (HV, V, K)
+        assert relative_rms(state, fla.state) <= 1e-4
+        for part, window in zip(parts, fla.conv):
+            read = session.read_state(0, part, layout=fla_layout)
+            assert read.shape == window.shape
+            assert not read[:, 0].any()  # the column fla drops next
+            np.testing.assert_allclose(read[:, 1:], window[:, 1:], rtol=1e-6)
+
+
 def test_presets_and_conv_windows():
     """A preset layer at small dims with its short convolution: the windows are state parts
     [C, W-1] holding the last W-1 raw inputs, oldest first."""

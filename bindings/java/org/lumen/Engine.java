@@ -203,6 +203,12 @@ public final class Engine extends Handle {
     return layout.stateCounts[layout.check(layer)][part.ordinal()];
   }
 
+  /** Elements of a state part in a layout. */
+  long stateCount(int layer, StatePart part, StateLayout stateLayout) {
+    if (stateLayout == StateLayout.LUMEN) return stateCount(layer, part);
+    return layout.flaStateCounts[layout.check(layer)][part.ordinal()];
+  }
+
   /** Bytes of each session's state. */
   long stateBytes() {
     return layout.stateBytes;
@@ -221,6 +227,7 @@ public final class Engine extends Handle {
   private static final class Layout {
     final int[][] shapes; // per layer: H, HV, K, V
     final long[][] stateCounts; // per layer and StatePart
+    final long[][] flaStateCounts; // the same in StateLayout.FLA
     final long stateBytes;
 
     Layout(Model model) {
@@ -228,11 +235,15 @@ public final class Engine extends Handle {
       StatePart[] parts = StatePart.values();
       shapes = new int[layers][];
       stateCounts = new long[layers][parts.length];
+      flaStateCounts = new long[layers][parts.length];
       for (int i = 0; i < layers; ++i) {
         LayerOptions layer = model.layerOptions(i);
         shapes[i] = new int[] {layer.numHeads(), layer.numValueHeads(), layer.keyDim(),
                                layer.valueDim()};
-        for (StatePart part : parts) stateCounts[i][part.ordinal()] = model.stateCount(i, part);
+        for (StatePart part : parts) {
+          stateCounts[i][part.ordinal()] = model.stateCount(i, part);
+          flaStateCounts[i][part.ordinal()] = model.stateCount(i, part, StateLayout.FLA);
+        }
       }
       stateBytes = model.stateBytes();
     }

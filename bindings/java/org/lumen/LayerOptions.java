@@ -25,6 +25,8 @@ public final class LayerOptions {
   private boolean qkL2norm;
   private boolean betaSigmoid;
   private boolean gateRaw;
+  private boolean allowNegEigval;
+  private float gateLowerBound;
   private Dtype stateDtype;
   private int convSize;
   private ConvActivation convActivation;
@@ -90,6 +92,8 @@ public final class LayerOptions {
     qkL2norm = options.getQkL2norm() != 0;
     betaSigmoid = options.getBetaSigmoid() != 0;
     gateRaw = options.getGateRaw() != 0;
+    allowNegEigval = options.getAllowNegEigval() != 0;
+    gateLowerBound = options.getGateLowerBound();
     stateDtype = Dtype.of(options.getStateDtype());
     convSize = options.getConvSize();
     convActivation = ConvActivation.of(options.getConvActivation());
@@ -111,6 +115,8 @@ public final class LayerOptions {
     options.setQkL2norm(qkL2norm ? 1 : 0);
     options.setBetaSigmoid(betaSigmoid ? 1 : 0);
     options.setGateRaw(gateRaw ? 1 : 0);
+    options.setAllowNegEigval(allowNegEigval ? 1 : 0);
+    options.setGateLowerBound(gateLowerBound);
     options.setStateDtype(stateDtype.value());
     options.setConvSize(convSize);
     options.setConvActivation(convActivation.value());
@@ -183,7 +189,10 @@ public final class LayerOptions {
 
   /** The eps of normalize (0: 1e-6). */
   public float normalizeEps() { return normalizeEps; }
-  /** Sets the eps of normalize (0: 1e-6). */
+  /**
+   * Sets the eps of normalize (0: 1e-6); fla's linear attention uses 1e-10: set that to match
+   * its outputs.
+   */
   public LayerOptions normalizeEps(float normalizeEps) {
     this.normalizeEps = normalizeEps;
     return this;
@@ -210,6 +219,29 @@ public final class LayerOptions {
   /** Sets whether g arrives raw (gated_delta_net, kda, ssd; needs A_log and dt_bias). */
   public LayerOptions gateRaw(boolean gateRaw) {
     this.gateRaw = gateRaw;
+    return this;
+  }
+
+  /** Whether beta may lie in [0, 2] (fla's allow_neg_eigval). */
+  public boolean allowNegEigval() { return allowNegEigval; }
+  /**
+   * Sets whether beta may lie in [0, 2], so that the state's transition may have negative
+   * eigenvalues (fla's allow_neg_eigval; the delta family only): with betaSigmoid, beta =
+   * 2 * sigmoid(logit).
+   */
+  public LayerOptions allowNegEigval(boolean allowNegEigval) {
+    this.allowNegEigval = allowNegEigval;
+    return this;
+  }
+
+  /** The lower bound of the raw gate (0: the unbounded raw gate). */
+  public float gateLowerBound() { return gateLowerBound; }
+  /**
+   * Sets fla's lower-bounded gate (lower_bound; gated_delta_net and kda with gateRaw): g =
+   * bound * sigmoid(exp(A_log) * (g + dt_bias)), in (bound, 0); 0 (default) keeps the raw gate.
+   */
+  public LayerOptions gateLowerBound(float gateLowerBound) {
+    this.gateLowerBound = gateLowerBound;
     return this;
   }
 
@@ -243,7 +275,8 @@ public final class LayerOptions {
         + numValueHeads + ", keyDim=" + keyDim + ", valueDim=" + valueDim + ", scale=" + scale
         + ", featureMap=" + featureMap + ", normalize=" + normalize + ", normalizeEps="
         + normalizeEps + ", qkL2norm=" + qkL2norm + ", betaSigmoid=" + betaSigmoid
-        + ", gateRaw=" + gateRaw + ", stateDtype=" + stateDtype + ", convSize=" + convSize
+        + ", gateRaw=" + gateRaw + ", allowNegEigval=" + allowNegEigval + ", gateLowerBound="
+        + gateLowerBound + ", stateDtype=" + stateDtype + ", convSize=" + convSize
         + ", convActivation=" + convActivation + "]";
   }
 }

@@ -32,6 +32,17 @@ public final class Model extends Handle {
   }
 
   /**
+   * Elements of one part of a layer's state in a layout ({@link StateLayout#FLA}: fla's layer
+   * caches, a conv window W columns wide).
+   */
+  public long stateCount(int layer, StatePart part, StateLayout layout) {
+    long[] out = new long[1];
+    useAddress(model -> Capi.lumen_model_state_count_as(model, layer, part.value(),
+                                                        layout.value(), out));
+    return out[0];
+  }
+
+  /**
    * Elements of the state part given by its lumen_state_part value.
    *
    * @deprecated use {@link #stateCount(int, StatePart)}

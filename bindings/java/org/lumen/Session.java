@@ -186,6 +186,26 @@ public final class Session extends Handle {
     return readState(layer, StatePart.of(part));
   }
 
+  /**
+   * One part of a layer's state in a layout: {@link StateLayout#FLA} is fla's layer caches (the
+   * matrix V-first, [HV, V, K]; a conv window [C, W] whose oldest column reads 0).
+   */
+  public float[] readState(int layer, StatePart part, StateLayout layout) {
+    float[] out = new float[Math.toIntExact(engine.stateCount(layer, part, layout))];
+    useAddress(session -> Capi.lumen_session_read_state_as(session, layer, part.value(),
+                                                           layout.value(), out));
+    return out;
+  }
+
+  /**
+   * Overwrites one part of a layer's state from values in a layout ({@link StateLayout#FLA}: a
+   * state from an fla layer's cache, as it is).
+   */
+  public void writeState(int layer, StatePart part, StateLayout layout, float[] values) {
+    useAddress(session -> Capi.lumen_session_write_state_as(session, layer, part.value(),
+                                                            layout.value(), values));
+  }
+
   /** Overwrites one part of a layer's state (fp32, canonical layout). */
   public void writeState(int layer, StatePart part, float[] values) {
     useAddress(session -> Capi.lumen_session_write_state(session, layer, part.value(), values));

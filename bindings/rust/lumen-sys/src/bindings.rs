@@ -108,7 +108,8 @@ extern "C" {
     pub fn lumen_backend_string(backend: i32) -> *const ::std::os::raw::c_char;
 }
 #[doc = " [HV], needed with gate_raw (gated_delta_net, kda, ssd): g = -exp(A_log[h]) * dt, where"]
-#[doc = "  dt = softplus(g_raw + dt_bias)."]
+#[doc = "  dt = softplus(g_raw + dt_bias); with gate_lower_bound, g = gate_lower_bound *"]
+#[doc = "  sigmoid(exp(A_log[h]) * (g_raw + dt_bias))."]
 pub const LUMEN_PARAM_A_LOG: lumen_param = 0;
 #[doc = " [HV] for gated_delta_net and ssd, [HV * K] for kda; needed with gate_raw."]
 pub const LUMEN_PARAM_DT_BIAS: lumen_param = 1;
@@ -141,6 +142,17 @@ pub const LUMEN_STATE_CONV_K: lumen_state_part = 3;
 pub const LUMEN_STATE_CONV_V: lumen_state_part = 4;
 #[doc = " The parts of a layer's state."]
 pub type lumen_state_part = ::std::os::raw::c_uint;
+#[doc = " lumen's canonical layout (lumen_session_read_state's): the matrix [HV, K, V], the"]
+#[doc = "  normalizer [HV, K], a conv window [C, W-1] holding the last W-1 inputs, oldest first."]
+pub const LUMEN_LAYOUT_LUMEN: lumen_state_layout = 0;
+#[doc = " flash-linear-attention's layer caches: the matrix V-first, [HV, V, K] (fla's"]
+#[doc = "  state_v_first=True, its layers' choice); the normalizer [HV, K]; a conv window [C, W], the"]
+#[doc = "  last W inputs oldest first, as fla's ShortConvolution keeps it, whose oldest column"]
+#[doc = "  (column 0) fla drops before the next token reads the window. lumen does not keep that"]
+#[doc = "  column: reading writes 0 there, writing ignores it."]
+pub const LUMEN_LAYOUT_FLA: lumen_state_layout = 1;
+#[doc = " The layouts lumen_session_read_state_as and lumen_session_write_state_as take. Since 0.4."]
+pub type lumen_state_layout = ::std::os::raw::c_uint;
 pub const LUMEN_CONV_ACTIVATION_SILU: lumen_conv_activation = 0;
 pub const LUMEN_CONV_ACTIVATION_NONE: lumen_conv_activation = 1;
 #[doc = " The activation after a layer's short convolution. Since 0.2."]
@@ -183,12 +195,14 @@ pub struct lumen_layer_options {
     pub state_dtype: i32,
     pub conv_size: i32,
     pub conv_activation: i32,
+    pub allow_neg_eigval: i32,
+    pub gate_lower_bound: f32,
 }
 #[test]
 fn bindgen_test_layout_lumen_layer_options() {
     assert_eq!(
         ::std::mem::size_of::<lumen_layer_options>(),
-        64usize,
+        72usize,
         concat!("Size of: ", stringify!(lumen_layer_options))
     );
     assert_eq!(
@@ -468,6 +482,40 @@ fn bindgen_test_layout_lumen_layer_options() {
         );
     }
     test_field_conv_activation();
+    fn test_field_allow_neg_eigval() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_layer_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).allow_neg_eigval) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_layer_options),
+                "::",
+                stringify!(allow_neg_eigval)
+            )
+        );
+    }
+    test_field_allow_neg_eigval();
+    fn test_field_gate_lower_bound() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<lumen_layer_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).gate_lower_bound) as usize - ptr as usize
+            },
+            68usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(lumen_layer_options),
+                "::",
+                stringify!(gate_lower_bound)
+            )
+        );
+    }
+    test_field_gate_lower_bound();
 }
 extern "C" {
     #[doc = " Fills *options with defaults (everything 0 except struct_size and state_dtype = FLOAT32;"]
@@ -507,8 +555,9 @@ extern "C" {
     #[doc = " Appends a layer. The options are validated now: a known family; H, K, V >= 1 and HV a"]
     #[doc = " multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite"]
     #[doc = " and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize"]
-    #[doc = " are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and"]
-    #[doc = " ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known"]
+    #[doc = " are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw"]
+    #[doc = " gated_delta_net's, kda's and ssd's, gate_lower_bound (finite, <= 0) gated_delta_net's and"]
+    #[doc = " kda's with gate_raw; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known"]
     #[doc = " conv_activation. On success the new layer's index is written to"]
     #[doc = " *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming"]
     #[doc = " the problem."]
@@ -575,6 +624,18 @@ extern "C" {
         model: *const lumen_model,
         layer: i32,
         part: i32,
+        out: *mut i64,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " lumen_model_state_count in a lumen_state_layout: the part's element count in that layout"]
+    #[doc = " (in fla's, a conv window holds W columns: H*K*W, H*K*W and HV*V*W, 0 without a"]
+    #[doc = " convolution). An unknown part or layout is LUMEN_ERROR_INVALID_ARGUMENT. Since 0.4."]
+    pub fn lumen_model_state_count_as(
+        model: *const lumen_model,
+        layer: i32,
+        part: i32,
+        layout: i32,
         out: *mut i64,
     ) -> lumen_status;
 }
@@ -1234,6 +1295,38 @@ extern "C" {
         count: i64,
     ) -> lumen_status;
 }
+extern "C" {
+    #[doc = " lumen_session_read_state in a lumen_state_layout: copies one part of layer `layer`'s state"]
+    #[doc = " into out[0..count), fp32. count must equal the part's element count in that layout (in"]
+    #[doc = " fla's: HV * V * K for the matrix, HV * K for the normalizer, C * W for a conv window). An"]
+    #[doc = " unknown layout, a wrong count or a part the layer does not keep is"]
+    #[doc = " LUMEN_ERROR_INVALID_ARGUMENT. Host memory. Since 0.4."]
+    pub fn lumen_session_read_state_as(
+        session: *const lumen_session,
+        layer: i32,
+        part: i32,
+        layout: i32,
+        out: *mut f32,
+        count: i64,
+    ) -> lumen_status;
+}
+extern "C" {
+    #[doc = " lumen_session_write_state in a lumen_state_layout: overwrites one part of layer `layer`'s"]
+    #[doc = " state from values[0..count) (fp32; count as for lumen_session_read_state_as). With"]
+    #[doc = " LUMEN_LAYOUT_FLA, one sequence's recurrent state ([HV, V, K]) and conv windows"]
+    #[doc = " ([C, W]) from an fla layer's cache go in as they are, and the conversation continues here."]
+    #[doc = " Rounds to the stored dtype. The token count is unchanged. Rejects non-finite values (in"]
+    #[doc = " the ignored column too). Same errors as lumen_session_read_state_as; the session is"]
+    #[doc = " unchanged on any error. Host memory. Since 0.4."]
+    pub fn lumen_session_write_state_as(
+        session: *mut lumen_session,
+        layer: i32,
+        part: i32,
+        layout: i32,
+        values: *const f32,
+        count: i64,
+    ) -> lumen_status;
+}
 #[doc = " The per-token inputs of one layer call. Fill with lumen_layer_inputs_init. Each pointer"]
 #[doc = " comes with its element count, checked against the call's shape. g is needed by ssd, gla,"]
 #[doc = " gated_delta_net and kda; beta by the delta family; for a layer that does not take one,"]
@@ -1244,8 +1337,9 @@ extern "C" {
 #[doc = " A struct_size of 0.1.0's struct (without `stream`) is accepted and means stream NULL."]
 #[doc = ""]
 #[doc = " Values are checked before anything runs: NaN or infinity in any input, g > 0 as a log-decay"]
-#[doc = " (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with"]
-#[doc = " beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token"]
+#[doc = " (any finite value with gate_raw), and beta outside [0, 1] ([0, 2] with allow_neg_eigval; any"]
+#[doc = " finite logit with beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the"]
+#[doc = " tensor, the token"]
 #[doc = " (and, in a call of several sessions, which session's token), the head and the channel; no"]
 #[doc = " session changes. On GPU engines a call over device buffers reports this later (see \"GPU"]
 #[doc = " engines\")."]

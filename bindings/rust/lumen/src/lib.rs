@@ -41,7 +41,8 @@ pub use error::{Error, Result, Status};
 pub use model::{Model, ModelBuilder};
 pub use options::{
     Backend, ConvActivation, DType, EngineOptions, Family, FeatureMap, LayerOptions, Memory,
-    MemoryStats, Param, Reservation, SnapshotOptions, StatePart, StoreOptions, StoreSaveOptions,
+    MemoryStats, Param, Reservation, SnapshotOptions, StateLayout, StatePart, StoreOptions,
+    StoreSaveOptions,
 };
 pub use session::Session;
 pub use store::Store;

@@ -1,7 +1,7 @@
 use std::ptr::{self, NonNull};
 
 use crate::error::{check, Result};
-use crate::options::{LayerOptions, Param, StatePart};
+use crate::options::{LayerOptions, Param, StateLayout, StatePart};
 use crate::sys;
 
 /// Collects the layers of a model (`lumen_model_builder`).
@@ -93,6 +93,17 @@ impl Model {
         let mut out = 0;
         // SAFETY: as above.
         check(unsafe { sys::lumen_model_state_count(self.as_ptr(), layer, part.0, &mut out) })?;
+        Ok(out)
+    }
+
+    /// Elements of one part of a layer's state in a layout (`StateLayout::FLA`: fla's layer
+    /// caches, a conv window W columns wide).
+    pub fn state_count_as(&self, layer: i32, part: StatePart, layout: StateLayout) -> Result<i64> {
+        let mut out = 0;
+        // SAFETY: as above.
+        check(unsafe {
+            sys::lumen_model_state_count_as(self.as_ptr(), layer, part.0, layout.0, &mut out)
+        })?;
         Ok(out)
     }
 

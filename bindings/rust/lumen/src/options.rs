@@ -78,6 +78,12 @@ constants!(
     }
 );
 constants!(
+    /// Layouts a state part is read and written in (`lumen_state_layout`): LUMEN, lumen's
+    /// canonical one; FLA, flash-linear-attention's layer caches (the matrix V-first,
+    /// [HV, V, K]; a conv window [C, W] whose oldest column lumen does not keep).
+    StateLayout { LUMEN = LUMEN_LAYOUT_LUMEN, FLA = LUMEN_LAYOUT_FLA }
+);
+constants!(
     /// The activation after a layer's short convolution (`lumen_conv_activation`).
     ConvActivation { SILU = LUMEN_CONV_ACTIVATION_SILU, NONE = LUMEN_CONV_ACTIVATION_NONE }
 );
@@ -179,7 +185,8 @@ impl LayerOptions {
         feature_map: feature_map as FeatureMap => |f| f.0;
         /// Keeps the normaliser z and divides by q . z (linear attention).
         normalize: normalize as bool => i32::from;
-        /// The epsilon of that division; 0 means 1e-6.
+        /// The epsilon of that division; 0 means 1e-6 (fla's linear attention uses 1e-10: set that
+        /// to match it).
         normalize_eps: normalize_eps as f32 => |x| x;
         /// L2-normalises q and k inside the layer.
         qk_l2norm: qk_l2norm as bool => i32::from;
@@ -187,6 +194,12 @@ impl LayerOptions {
         beta_sigmoid: beta_sigmoid as bool => i32::from;
         /// g arrives raw; needs Param::A_LOG and Param::DT_BIAS (see lumen.h).
         gate_raw: gate_raw as bool => i32::from;
+        /// beta may lie in [0, 2], so the state's transition may have negative eigenvalues
+        /// (fla's allow_neg_eigval; delta families): with beta_sigmoid, beta = 2 sigmoid(logit).
+        allow_neg_eigval: allow_neg_eigval as bool => i32::from;
+        /// fla's lower-bounded gate (lower_bound; gated_delta_net and kda with gate_raw):
+        /// g = bound * sigmoid(exp(A_log) (g + dt_bias)), in (bound, 0); 0 keeps the raw gate.
+        gate_lower_bound: gate_lower_bound as f32 => |x| x;
         /// The element type the session stores the state in.
         state_dtype: state_dtype as DType => |d| d.0;
         /// W, the width of the q/k/v convolutions (0: none).

@@ -5,7 +5,7 @@ use std::ptr::{self, NonNull};
 use crate::engine::Engine;
 use crate::error::{check, Error, Result};
 use crate::model::Model;
-use crate::options::{SnapshotOptions, StatePart};
+use crate::options::{SnapshotOptions, StateLayout, StatePart};
 use crate::sys;
 use crate::tensor::{Element, Inputs};
 
@@ -199,6 +199,31 @@ impl Session {
             sys::lumen_session_read_state(self.as_ptr(), layer, part.0, state.as_mut_ptr(), count)
         })?;
         Ok(state)
+    }
+
+    /// One part of a layer's state in a layout: `StateLayout::FLA` is fla's layer caches (the
+    /// matrix V-first, [HV, V, K]; a conv window [C, W] whose oldest column reads 0).
+    pub fn read_state_as(&self, layer: i32, part: StatePart, layout: StateLayout)
+                         -> Result<Vec<f32>> {
+        let count = self.model()?.state_count_as(layer, part, layout)?;
+        let mut state = vec![0f32; count as usize];
+        // SAFETY: state holds count elements.
+        check(unsafe {
+            sys::lumen_session_read_state_as(self.as_ptr(), layer, part.0, layout.0,
+                                             state.as_mut_ptr(), count)
+        })?;
+        Ok(state)
+    }
+
+    /// Overwrites one part of a layer's state from values in a layout (`StateLayout::FLA`: a
+    /// state from an fla layer's cache, as it is).
+    pub fn write_state_as(&mut self, layer: i32, part: StatePart, layout: StateLayout,
+                          values: &[f32]) -> Result<()> {
+        // SAFETY: values holds values.len() elements.
+        check(unsafe {
+            sys::lumen_session_write_state_as(self.as_mut_ptr(), layer, part.0, layout.0,
+                                              values.as_ptr(), values.len() as i64)
+        })
     }
 
     /// Overwrites one part of a layer's state (fp32, canonical layout).

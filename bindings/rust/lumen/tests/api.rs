@@ -2,7 +2,8 @@
 //! errors, bf16 inputs and that native memory is released.
 use lumen::{
     Backend, Bf16, DType, Engine, EngineOptions, Family, Inputs, LayerOptions, Model, ModelBuilder,
-    Reservation, Session, SnapshotOptions, StatePart, Status, Store, StoreSaveOptions,
+    Param, Reservation, Session, SnapshotOptions, StateLayout, StatePart, Status, Store,
+    StoreSaveOptions,
 };
 
 const H: usize = 2;
@@ -248,6 +249,81 @@ fn bad_calls_return_the_library_message() {
     let error = builder.add_layer(&layer(Family::GLA, 0, 0, 4, 4)).unwrap_err();
     assert_eq!(error.status(), Status::InvalidArgument);
     assert!(!error.message().is_empty());
+}
+
+/// fla's allow_neg_eigval: beta in [0, 2]. One token from a zero state with a unit key: the
+/// state becomes beta k v^T, so o = beta (q . k) v.
+#[test]
+fn allow_neg_eigval_takes_beta_up_to_two() {
+    let (q, k, v) = ([1f32, 0.0, 0.0, 0.0], [1f32, 0.0, 0.0, 0.0], [1f32, 2.0, 3.0, 4.0]);
+    let mut builder = ModelBuilder::new().unwrap();
+    builder.add_layer(&layer(Family::DELTA_NET, 1, 1, 4, 4).scale(1.0).allow_neg_eigval(true))
+        .unwrap();
+    builder.add_layer(&layer(Family::DELTA_NET, 1, 1, 4, 4).scale(1.0)).unwrap();
+    let model = builder.build().unwrap();
+    assert_eq!(model.layer_options(0).unwrap().raw_mut().allow_neg_eigval, 1);
+    let engine = Engine::new(&model, Some(&EngineOptions::default().threads(1))).unwrap();
+    let mut session = engine.session().unwrap();
+    let mut o = [0f32; 4];
+    session.step(0, &Inputs::new(&q, &k, &v).beta(&[1.5]), &mut o).unwrap();
+    assert_eq!(o, [1.5, 3.0, 4.5, 6.0]);
+    let error = session.step(0, &Inputs::new(&q, &k, &v).beta(&[2.5]), &mut o).unwrap_err();
+    assert!(error.message().contains("must lie in [0, 2]"), "{}", error);
+    let error = session.step(1, &Inputs::new(&q, &k, &v).beta(&[1.5]), &mut o).unwrap_err();
+    assert!(error.message().contains("must lie in [0, 1]"), "{}", error);
+}
+
+/// gated_delta_net, K = V = 1, A_log = dt_bias = 0, raw gates 0: the lower-bounded gate is
+/// -2 sigmoid(0) = -1, the raw gate -softplus(0) = -ln 2. A first token writes S = 1 (beta 1);
+/// a second with beta 0 only decays it, so it reads exp(g).
+#[test]
+fn gate_lower_bound_is_flas_lower_bounded_gate() {
+    let mut builder = ModelBuilder::new().unwrap();
+    for bound in [-2.0f32, 0.0] {
+        let index = builder
+            .add_layer(&layer(Family::GATED_DELTA_NET, 1, 1, 1, 1).gate_raw(true)
+                .gate_lower_bound(bound))
+            .unwrap();
+        builder.set_param(index, Param::A_LOG, &[0.0]).unwrap();
+        builder.set_param(index, Param::DT_BIAS, &[0.0]).unwrap();
+    }
+    let model = builder.build().unwrap();
+    assert_eq!(model.layer_options(0).unwrap().raw_mut().gate_lower_bound, -2.0);
+    let engine = Engine::new(&model, Some(&EngineOptions::default().threads(1))).unwrap();
+    let mut session = engine.session().unwrap();
+    let (one, zero) = ([1f32], [0f32]);
+    let mut o = [0f32];
+    for (index, expected) in [(0, (-1f64).exp()), (1, 0.5)] {
+        session.step(index, &Inputs::new(&one, &one, &one).g(&zero).beta(&one), &mut o).unwrap();
+        assert_eq!(o[0], 1.0);
+        session.step(index, &Inputs::new(&one, &one, &one).g(&zero).beta(&zero), &mut o).unwrap();
+        assert!((f64::from(o[0]) - expected).abs() <= 1e-6, "layer {}: {}", index, o[0]);
+    }
+}
+
+/// A gla layer, HV = 1, K = 2, V = 3, a convolution of width 3 (channels: H*K = 2 for q).
+#[test]
+fn states_move_in_flas_layout() {
+    let mut builder = ModelBuilder::new().unwrap();
+    builder.add_layer(&layer(Family::GLA, 1, 1, 2, 3).conv_size(3)).unwrap();
+    builder.set_param(0, Param::CONV_Q_WEIGHT, &[0.0; 6]).unwrap();
+    builder.set_param(0, Param::CONV_K_WEIGHT, &[0.0; 6]).unwrap();
+    builder.set_param(0, Param::CONV_V_WEIGHT, &[0.0; 9]).unwrap();
+    let model = builder.build().unwrap();
+    assert_eq!(model.state_count_as(0, StatePart::CONV_Q, StateLayout::FLA).unwrap(), 6);
+    let engine = Engine::new(&model, Some(&EngineOptions::default().threads(1))).unwrap();
+    let mut session = engine.session().unwrap();
+    session.write_state(0, StatePart::MATRIX, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap(); // [K, V]
+    assert_eq!(session.read_state_as(0, StatePart::MATRIX, StateLayout::FLA).unwrap(),
+               [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]); // [V, K]
+    session.write_state_as(0, StatePart::CONV_Q, StateLayout::FLA, &[9.0, 1.0, 2.0, 9.0, 3.0, 4.0])
+        .unwrap();
+    assert_eq!(session.read_state(0, StatePart::CONV_Q).unwrap(), [1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(session.read_state_as(0, StatePart::CONV_Q, StateLayout::FLA).unwrap(),
+               [0.0, 1.0, 2.0, 0.0, 3.0, 4.0]);
+    let error = session.write_state_as(0, StatePart::CONV_Q, StateLayout::FLA, &[0.0; 4])
+        .unwrap_err();
+    assert_eq!(error.status(), Status::InvalidArgument);
 }
 
 #[test]

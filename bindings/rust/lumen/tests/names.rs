@@ -1,5 +1,7 @@
 //! `Debug` of the header's enumerations prints the constant's path, as a reader would write it.
-use lumen::{Backend, ConvActivation, DType, Family, FeatureMap, Memory, Param, StatePart};
+use lumen::{
+    Backend, ConvActivation, DType, Family, FeatureMap, Memory, Param, StateLayout, StatePart,
+};
 
 #[test]
 fn known_values_print_their_names() {
@@ -10,6 +12,7 @@ fn known_values_print_their_names() {
     assert_eq!(format!("{:?}", Memory::DEVICE), "Memory::DEVICE");
     assert_eq!(format!("{:?}", Param::CONV_V_BIAS), "Param::CONV_V_BIAS");
     assert_eq!(format!("{:?}", StatePart::CONV_K), "StatePart::CONV_K");
+    assert_eq!(format!("{:?}", StateLayout::FLA), "StateLayout::FLA");
     assert_eq!(format!("{:?}", ConvActivation::NONE), "ConvActivation::NONE");
     // Inside a derived Debug too.
     assert_eq!(format!("{:?}", Some(DType::FLOAT16)), "Some(DType::FLOAT16)");

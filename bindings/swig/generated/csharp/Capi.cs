@@ -93,6 +93,10 @@ public class Capi {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_model_state_count(model, layer, (int)part, out out_));
   }
 
+  public static void lumen_model_state_count_as(global::System.IntPtr model, int layer, global::Lumen.CApi.LumenStatePart part, global::Lumen.CApi.LumenStateLayout layout, out long out_) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_model_state_count_as(model, layer, (int)part, (int)layout, out out_));
+  }
+
   public static void lumen_model_state_bytes(global::System.IntPtr model, int layer, out long out_) {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_model_state_bytes(model, layer, out out_));
   }
@@ -171,6 +175,14 @@ public class Capi {
 
   public static void lumen_session_write_state(global::System.IntPtr session, int layer, global::Lumen.CApi.LumenStatePart part, float[] values, long count) {
     global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_write_state(session, layer, (int)part, values, count));
+  }
+
+  public static void lumen_session_read_state_as(global::System.IntPtr session, int layer, global::Lumen.CApi.LumenStatePart part, global::Lumen.CApi.LumenStateLayout layout, float[] out_, long count) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_read_state_as(session, layer, (int)part, (int)layout, out_, count));
+  }
+
+  public static void lumen_session_write_state_as(global::System.IntPtr session, int layer, global::Lumen.CApi.LumenStatePart part, global::Lumen.CApi.LumenStateLayout layout, float[] values, long count) {
+    global::Lumen.LumenException.Check(CapiPINVOKE.lumen_session_write_state_as(session, layer, (int)part, (int)layout, values, count));
   }
 
   public static void lumen_layer_inputs_init(LayerInputs inputs) {

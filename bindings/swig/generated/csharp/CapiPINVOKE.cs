@@ -301,6 +301,18 @@ class CapiPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_ConvActivation_get___")]
   public static extern int LayerOptions_ConvActivation_get(global::System.Runtime.InteropServices.HandleRef jarg1);
 
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_AllowNegEigval_set___")]
+  public static extern void LayerOptions_AllowNegEigval_set(global::System.Runtime.InteropServices.HandleRef jarg1, int jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_AllowNegEigval_get___")]
+  public static extern int LayerOptions_AllowNegEigval_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_GateLowerBound_set___")]
+  public static extern void LayerOptions_GateLowerBound_set(global::System.Runtime.InteropServices.HandleRef jarg1, float jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerOptions_GateLowerBound_get___")]
+  public static extern float LayerOptions_GateLowerBound_get(global::System.Runtime.InteropServices.HandleRef jarg1);
+
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_new_LayerOptions___")]
   public static extern global::System.IntPtr new_LayerOptions();
 
@@ -345,6 +357,9 @@ class CapiPINVOKE {
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_model_state_count___")]
   public static extern int lumen_model_state_count(global::System.IntPtr jarg1, int jarg2, int jarg3, out long jarg4);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_model_state_count_as___")]
+  public static extern int lumen_model_state_count_as(global::System.IntPtr jarg1, int jarg2, int jarg3, int jarg4, out long jarg5);
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_model_state_bytes___")]
   public static extern int lumen_model_state_bytes(global::System.IntPtr jarg1, int jarg2, out long jarg3);
@@ -543,6 +558,12 @@ class CapiPINVOKE {
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_write_state___")]
   public static extern int lumen_session_write_state(global::System.IntPtr jarg1, int jarg2, int jarg3, [global::System.Runtime.InteropServices.In]float[] jarg4, long jarg5);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_read_state_as___")]
+  public static extern int lumen_session_read_state_as(global::System.IntPtr jarg1, int jarg2, int jarg3, int jarg4, [global::System.Runtime.InteropServices.Out]float[] jarg5, long jarg6);
+
+  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_lumen_session_write_state_as___")]
+  public static extern int lumen_session_write_state_as(global::System.IntPtr jarg1, int jarg2, int jarg3, int jarg4, [global::System.Runtime.InteropServices.In]float[] jarg5, long jarg6);
 
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_LayerInputs_Dtype_set___")]
   public static extern void LayerInputs_Dtype_set(global::System.Runtime.InteropServices.HandleRef jarg1, int jarg2);

@@ -215,6 +215,27 @@ public partial class LayerOptions : global::System.IDisposable {
   
   }
 
+  public bool AllowNegEigval {
+    set {
+      CapiPINVOKE.LayerOptions_AllowNegEigval_set(swigCPtr, value ? 1 : 0);
+    } 
+    get {
+      bool result = CapiPINVOKE.LayerOptions_AllowNegEigval_get(swigCPtr) != 0;
+      return result;
+    }
+  
+  }
+
+  public float GateLowerBound {
+    set {
+      CapiPINVOKE.LayerOptions_GateLowerBound_set(swigCPtr, value);
+    } 
+    get {
+      float ret = CapiPINVOKE.LayerOptions_GateLowerBound_get(swigCPtr);
+      return ret;
+    } 
+  }
+
   public LayerOptions() : this(CapiPINVOKE.new_LayerOptions(), true) {
   }
 

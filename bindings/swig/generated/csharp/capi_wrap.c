@@ -734,6 +734,50 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_ConvActivation_get___(
 }
 
 
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_AllowNegEigval_set___(void * jarg1, int jarg2) {
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t arg2 ;
+  
+  arg1 = (struct lumen_layer_options *)jarg1; 
+  arg2 = (int32_t)jarg2; 
+  if (arg1) (arg1)->allow_neg_eigval = arg2;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_AllowNegEigval_get___(void * jarg1) {
+  int jresult ;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t result;
+  
+  arg1 = (struct lumen_layer_options *)jarg1; 
+  result = (int32_t) ((arg1)->allow_neg_eigval);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_GateLowerBound_set___(void * jarg1, float jarg2) {
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  float arg2 ;
+  
+  arg1 = (struct lumen_layer_options *)jarg1; 
+  arg2 = (float)jarg2; 
+  if (arg1) (arg1)->gate_lower_bound = arg2;
+}
+
+
+SWIGEXPORT float SWIGSTDCALL CSharp_LumenfCApi_LayerOptions_GateLowerBound_get___(void * jarg1) {
+  float jresult ;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  float result;
+  
+  arg1 = (struct lumen_layer_options *)jarg1; 
+  result = (float) ((arg1)->gate_lower_bound);
+  jresult = result; 
+  return jresult;
+}
+
+
 SWIGEXPORT void * SWIGSTDCALL CSharp_LumenfCApi_new_LayerOptions___() {
   void * jresult ;
   struct lumen_layer_options *result = 0 ;
@@ -905,6 +949,26 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_model_state_count___(void* ja
   arg3 = (int32_t)jarg3; 
   arg4 = (int64_t *)jarg4; 
   result = (lumen_status)lumen_model_state_count((struct lumen_model const *)arg1,arg2,arg3,arg4);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_model_state_count_as___(void* jarg1, int jarg2, int jarg3, int jarg4, long long * jarg5) {
+  int jresult ;
+  lumen_model *arg1 = (lumen_model *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  int64_t *arg5 = (int64_t *) 0 ;
+  lumen_status result;
+  
+  arg1 = (lumen_model *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  arg5 = (int64_t *)jarg5; 
+  result = (lumen_status)lumen_model_state_count_as((struct lumen_model const *)arg1,arg2,arg3,arg4,arg5);
   jresult = (int)result;
   return jresult;
 }
@@ -1670,6 +1734,50 @@ SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_write_state___(void* 
   arg4 = (float *)jarg4;
   arg5 = (int64_t)jarg5; 
   result = (lumen_status)lumen_session_write_state(arg1,arg2,arg3,(float const *)arg4,arg5);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_read_state_as___(void* jarg1, int jarg2, int jarg3, int jarg4, void* jarg5, long long jarg6) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  float *arg5 = (float *) 0 ;
+  int64_t arg6 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  arg5 = (float *)jarg5;
+  arg6 = (int64_t)jarg6; 
+  result = (lumen_status)lumen_session_read_state_as((struct lumen_session const *)arg1,arg2,arg3,arg4,arg5,arg6);
+  jresult = (int)result;
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_LumenfCApi_lumen_session_write_state_as___(void* jarg1, int jarg2, int jarg3, int jarg4, void* jarg5, long long jarg6) {
+  int jresult ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  float *arg5 = (float *) 0 ;
+  int64_t arg6 ;
+  lumen_status result;
+  
+  arg1 = (lumen_session *)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  arg5 = (float *)jarg5;
+  arg6 = (int64_t)jarg6; 
+  result = (lumen_status)lumen_session_write_state_as(arg1,arg2,arg3,arg4,(float const *)arg5,arg6);
   jresult = (int)result;
   return jresult;
 }

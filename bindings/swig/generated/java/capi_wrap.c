@@ -1107,6 +1107,86 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1convActivation
 }
 
 
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1allowNegEigval_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jint jarg2) {
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_options **)&jarg1; 
+  arg2 = (int32_t)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->allow_neg_eigval = arg2;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1allowNegEigval_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jint jresult = 0 ;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
+  result = (int32_t) ((arg1)->allow_neg_eigval);
+  jresult = (jint)result; 
+  return jresult;
+}
+
+
+SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1gateLowerBound_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jfloat jarg2) {
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  float arg2 ;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_options **)&jarg1; 
+  arg2 = (float)jarg2; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return ;
+  }
+  
+  if (arg1) (arg1)->gate_lower_bound = arg2;
+}
+
+
+SWIGEXPORT jfloat JNICALL Java_org_lumen_capi_CapiJNI_LayerOptions_1gateLowerBound_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
+  jfloat jresult = 0 ;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  float result;
+  
+  (void)jenv;
+  (void)jcls;
+  (void)jarg1_;
+  arg1 = *(struct lumen_layer_options **)&jarg1; 
+  
+  if (!arg1) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_layer_options is closed");
+    return 0;
+  }
+  
+  result = (float) ((arg1)->gate_lower_bound);
+  jresult = (jfloat)result; 
+  return jresult;
+}
+
+
 SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_new_1LayerOptions(JNIEnv *jenv, jclass jcls) {
   jlong jresult = 0 ;
   struct lumen_layer_options *result = 0 ;
@@ -1375,6 +1455,37 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1model_1state_1count(J
   {
     jlong value = (jlong)(intptr_t)temp4;
     (*jenv)->SetLongArrayRegion(jenv, jarg4, 0, 1, &value);
+  }
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1model_1state_1count_1as(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2, jint jarg3, jint jarg4, jlongArray jarg5) {
+  jint jresult = 0 ;
+  lumen_model *arg1 = (lumen_model *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  int64_t *arg5 = (int64_t *) 0 ;
+  int64_t temp5 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_model *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  {
+    if (!binding_out_array(jenv, jarg5)) return 0;
+    memset(&temp5, 0, sizeof temp5);
+    arg5 = &temp5;
+  }
+  result = (lumen_status)lumen_model_state_count_as((struct lumen_model const *)arg1,arg2,arg3,arg4,arg5);
+  jresult = (jint)result;
+  {
+    jlong value = (jlong)(intptr_t)temp5;
+    (*jenv)->SetLongArrayRegion(jenv, jarg5, 0, 1, &value);
   }
   return jresult;
 }
@@ -2682,6 +2793,74 @@ SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1write_1state
   jresult = (jint)result;
   {
     if (arg4) (*jenv)->ReleasePrimitiveArrayCritical(jenv, jarg4, (void*)arg4, JNI_ABORT);
+  }
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1read_1state_1as(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2, jint jarg3, jint jarg4, jfloatArray jarg5) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  float *arg5 = (float *) 0 ;
+  int64_t arg6 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  {
+    if (!jarg5) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaNullPointerException, "out: null array");
+      return 0;
+    }
+    arg6 = (int64_t)(*jenv)->GetArrayLength(jenv, jarg5);
+    arg5 = (float *)(*jenv)->GetPrimitiveArrayCritical(jenv, jarg5, NULL);
+    if (!arg5) return 0; /* OutOfMemoryError is pending */
+  }
+  result = (lumen_status)lumen_session_read_state_as((struct lumen_session const *)arg1,arg2,arg3,arg4,arg5,arg6);
+  jresult = (jint)result;
+  {
+    if (arg5) (*jenv)->ReleasePrimitiveArrayCritical(jenv, jarg5, (void*)arg5, 0);
+  }
+  return jresult;
+}
+
+
+SWIGEXPORT jint JNICALL Java_org_lumen_capi_CapiJNI_lumen_1session_1write_1state_1as(JNIEnv *jenv, jclass jcls, jlong jarg1, jint jarg2, jint jarg3, jint jarg4, jfloatArray jarg5) {
+  jint jresult = 0 ;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  float *arg5 = (float *) 0 ;
+  int64_t arg6 ;
+  lumen_status result;
+  
+  (void)jenv;
+  (void)jcls;
+  arg1 = (lumen_session *)(intptr_t)jarg1;
+  arg2 = (int32_t)jarg2; 
+  arg3 = (int32_t)jarg3; 
+  arg4 = (int32_t)jarg4; 
+  {
+    if (!jarg5) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaNullPointerException, "values: null array");
+      return 0;
+    }
+    arg6 = (int64_t)(*jenv)->GetArrayLength(jenv, jarg5);
+    arg5 = (float *)(*jenv)->GetPrimitiveArrayCritical(jenv, jarg5, NULL);
+    if (!arg5) return 0; /* OutOfMemoryError is pending */
+  }
+  result = (lumen_status)lumen_session_write_state_as(arg1,arg2,arg3,arg4,(float const *)arg5,arg6);
+  jresult = (jint)result;
+  {
+    if (arg5) (*jenv)->ReleasePrimitiveArrayCritical(jenv, jarg5, (void*)arg5, JNI_ABORT);
   }
   return jresult;
 }

@@ -172,7 +172,8 @@ def lumen_backend_string(backend):
 LUMEN_PARAM_A_LOG = _capi.LUMEN_PARAM_A_LOG
 r"""
     [HV], needed with gate_raw (gated_delta_net, kda, ssd): g = -exp(A_log[h]) * dt, where
-    dt = softplus(g_raw + dt_bias).
+    dt = softplus(g_raw + dt_bias); with gate_lower_bound, g = gate_lower_bound *
+    sigmoid(exp(A_log[h]) * (g_raw + dt_bias)).
     """
 LUMEN_PARAM_DT_BIAS = _capi.LUMEN_PARAM_DT_BIAS
 r""" [HV] for gated_delta_net and ssd, [HV * K] for kda; needed with gate_raw."""
@@ -204,6 +205,19 @@ LUMEN_STATE_NORMALIZER = _capi.LUMEN_STATE_NORMALIZER
 LUMEN_STATE_CONV_Q = _capi.LUMEN_STATE_CONV_Q
 LUMEN_STATE_CONV_K = _capi.LUMEN_STATE_CONV_K
 LUMEN_STATE_CONV_V = _capi.LUMEN_STATE_CONV_V
+LUMEN_LAYOUT_LUMEN = _capi.LUMEN_LAYOUT_LUMEN
+r"""
+    lumen's canonical layout (lumen_session_read_state's): the matrix [HV, K, V], the
+    normalizer [HV, K], a conv window [C, W-1] holding the last W-1 inputs, oldest first.
+    """
+LUMEN_LAYOUT_FLA = _capi.LUMEN_LAYOUT_FLA
+r"""
+    flash-linear-attention's layer caches: the matrix V-first, [HV, V, K] (fla's
+    state_v_first=True, its layers' choice); the normalizer [HV, K]; a conv window [C, W], the
+    last W inputs oldest first, as fla's ShortConvolution keeps it, whose oldest column
+    (column 0) fla drops before the next token reads the window. lumen does not keep that
+    column: reading writes 0 there, writing ignores it.
+    """
 LUMEN_CONV_ACTIVATION_SILU = _capi.LUMEN_CONV_ACTIVATION_SILU
 LUMEN_CONV_ACTIVATION_NONE = _capi.LUMEN_CONV_ACTIVATION_NONE
 class lumen_layer_options(object):
@@ -236,6 +250,8 @@ class lumen_layer_options(object):
     state_dtype = property(_capi.lumen_layer_options_state_dtype_get, _capi.lumen_layer_options_state_dtype_set)
     conv_size = property(_capi.lumen_layer_options_conv_size_get, _capi.lumen_layer_options_conv_size_set)
     conv_activation = property(_capi.lumen_layer_options_conv_activation_get, _capi.lumen_layer_options_conv_activation_set)
+    allow_neg_eigval = property(_capi.lumen_layer_options_allow_neg_eigval_get, _capi.lumen_layer_options_allow_neg_eigval_set)
+    gate_lower_bound = property(_capi.lumen_layer_options_gate_lower_bound_get, _capi.lumen_layer_options_gate_lower_bound_set)
 
     def __init__(self):
         _capi.lumen_layer_options_swiginit(self, _capi.new_lumen_layer_options())
@@ -299,8 +315,9 @@ def lumen_model_builder_add_layer(builder, options):
     Appends a layer. The options are validated now: a known family; H, K, V >= 1 and HV a
     multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite
     and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize
-    are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and
-    ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
+    are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw
+    gated_delta_net's, kda's and ssd's, gate_lower_bound (finite, <= 0) gated_delta_net's and
+    kda's with gate_raw; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known
     conv_activation. On success the new layer's index is written to
     *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming
     the problem.
@@ -356,6 +373,14 @@ def lumen_model_state_count(model, layer, part):
     convolution. An unknown part is LUMEN_ERROR_INVALID_ARGUMENT.
     """
     return _capi.lumen_model_state_count(model, layer, part)
+
+def lumen_model_state_count_as(model, layer, part, layout):
+    r"""
+    lumen_model_state_count in a lumen_state_layout: the part's element count in that layout
+    (in fla's, a conv window holds W columns: H*K*W, H*K*W and HV*V*W, 0 without a
+    convolution). An unknown part or layout is LUMEN_ERROR_INVALID_ARGUMENT. Since 0.4.
+    """
+    return _capi.lumen_model_state_count_as(model, layer, part, layout)
 
 def lumen_model_state_bytes(model, layer):
     r"""
@@ -581,6 +606,28 @@ def lumen_session_write_state(session, layer, part, values):
     count is unchanged. Rejects non-finite values. Host memory.
     """
     return _capi.lumen_session_write_state(session, layer, part, values)
+
+def lumen_session_read_state_as(session, layer, part, layout, out):
+    r"""
+    lumen_session_read_state in a lumen_state_layout: copies one part of layer `layer`'s state
+    into out[0..count), fp32. count must equal the part's element count in that layout (in
+    fla's: HV * V * K for the matrix, HV * K for the normalizer, C * W for a conv window). An
+    unknown layout, a wrong count or a part the layer does not keep is
+    LUMEN_ERROR_INVALID_ARGUMENT. Host memory. Since 0.4.
+    """
+    return _capi.lumen_session_read_state_as(session, layer, part, layout, out)
+
+def lumen_session_write_state_as(session, layer, part, layout, values):
+    r"""
+    lumen_session_write_state in a lumen_state_layout: overwrites one part of layer `layer`'s
+    state from values[0..count) (fp32; count as for lumen_session_read_state_as). With
+    LUMEN_LAYOUT_FLA, one sequence's recurrent state ([HV, V, K]) and conv windows
+    ([C, W]) from an fla layer's cache go in as they are, and the conversation continues here.
+    Rounds to the stored dtype. The token count is unchanged. Rejects non-finite values (in
+    the ignored column too). Same errors as lumen_session_read_state_as; the session is
+    unchanged on any error. Host memory. Since 0.4.
+    """
+    return _capi.lumen_session_write_state_as(session, layer, part, layout, values)
 class lumen_layer_inputs(object):
     r"""
     The per-token inputs of one layer call. Fill with lumen_layer_inputs_init. Each pointer
@@ -593,8 +640,9 @@ class lumen_layer_inputs(object):
     A struct_size of 0.1.0's struct (without `stream`) is accepted and means stream NULL.
 
     Values are checked before anything runs: NaN or infinity in any input, g > 0 as a log-decay
-    (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with
-    beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token
+    (any finite value with gate_raw), and beta outside [0, 1] ([0, 2] with allow_neg_eigval; any
+    finite logit with beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the
+    tensor, the token
     (and, in a call of several sessions, which session's token), the head and the channel; no
     session changes. On GPU engines a call over device buffers reports this later (see "GPU
     engines").

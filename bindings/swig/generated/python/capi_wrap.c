@@ -3001,24 +3001,25 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 #define SWIGTYPE_p_lumen_reservation swig_types[19]
 #define SWIGTYPE_p_lumen_session swig_types[20]
 #define SWIGTYPE_p_lumen_snapshot_options swig_types[21]
-#define SWIGTYPE_p_lumen_state_part swig_types[22]
-#define SWIGTYPE_p_lumen_status swig_types[23]
-#define SWIGTYPE_p_lumen_store swig_types[24]
-#define SWIGTYPE_p_lumen_store_options swig_types[25]
-#define SWIGTYPE_p_lumen_store_save_options swig_types[26]
-#define SWIGTYPE_p_p_lumen_engine swig_types[27]
-#define SWIGTYPE_p_p_lumen_model swig_types[28]
-#define SWIGTYPE_p_p_lumen_model_builder swig_types[29]
-#define SWIGTYPE_p_p_lumen_session swig_types[30]
-#define SWIGTYPE_p_p_lumen_store swig_types[31]
-#define SWIGTYPE_p_short swig_types[32]
-#define SWIGTYPE_p_signed_char swig_types[33]
-#define SWIGTYPE_p_unsigned_char swig_types[34]
-#define SWIGTYPE_p_unsigned_int swig_types[35]
-#define SWIGTYPE_p_unsigned_long_long swig_types[36]
-#define SWIGTYPE_p_unsigned_short swig_types[37]
-static swig_type_info *swig_types[39];
-static swig_module_info swig_module = {swig_types, 38, 0, 0, 0, 0};
+#define SWIGTYPE_p_lumen_state_layout swig_types[22]
+#define SWIGTYPE_p_lumen_state_part swig_types[23]
+#define SWIGTYPE_p_lumen_status swig_types[24]
+#define SWIGTYPE_p_lumen_store swig_types[25]
+#define SWIGTYPE_p_lumen_store_options swig_types[26]
+#define SWIGTYPE_p_lumen_store_save_options swig_types[27]
+#define SWIGTYPE_p_p_lumen_engine swig_types[28]
+#define SWIGTYPE_p_p_lumen_model swig_types[29]
+#define SWIGTYPE_p_p_lumen_model_builder swig_types[30]
+#define SWIGTYPE_p_p_lumen_session swig_types[31]
+#define SWIGTYPE_p_p_lumen_store swig_types[32]
+#define SWIGTYPE_p_short swig_types[33]
+#define SWIGTYPE_p_signed_char swig_types[34]
+#define SWIGTYPE_p_unsigned_char swig_types[35]
+#define SWIGTYPE_p_unsigned_int swig_types[36]
+#define SWIGTYPE_p_unsigned_long_long swig_types[37]
+#define SWIGTYPE_p_unsigned_short swig_types[38]
+static swig_type_info *swig_types[40];
+static swig_module_info swig_module = {swig_types, 39, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -4760,6 +4761,126 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_lumen_layer_options_allow_neg_eigval_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_layer_options_allow_neg_eigval_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_allow_neg_eigval_set" "', argument " "1"" of type '" "struct lumen_layer_options *""'"); 
+  }
+  arg1 = (struct lumen_layer_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_layer_options_allow_neg_eigval_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->allow_neg_eigval = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_layer_options_allow_neg_eigval_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_allow_neg_eigval_get" "', argument " "1"" of type '" "struct lumen_layer_options *""'"); 
+  }
+  arg1 = (struct lumen_layer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->allow_neg_eigval);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_layer_options_gate_lower_bound_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_layer_options_gate_lower_bound_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_gate_lower_bound_set" "', argument " "1"" of type '" "struct lumen_layer_options *""'"); 
+  }
+  arg1 = (struct lumen_layer_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_layer_options_gate_lower_bound_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->gate_lower_bound = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_layer_options_gate_lower_bound_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct lumen_layer_options *arg1 = (struct lumen_layer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_layer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_layer_options_gate_lower_bound_get" "', argument " "1"" of type '" "struct lumen_layer_options *""'"); 
+  }
+  arg1 = (struct lumen_layer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->gate_lower_bound);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_lumen_layer_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct lumen_layer_options *result = 0 ;
@@ -5314,6 +5435,72 @@ SWIGINTERN PyObject *_wrap_lumen_model_state_count(PyObject *self, PyObject *arg
   }
   {
     resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)temp4));
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_model_state_count_as(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_model *arg1 = (lumen_model *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  int64_t *arg5 = (int64_t *) 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  int val3 ;
+  int ecode3 = 0 ;
+  int val4 ;
+  int ecode4 = 0 ;
+  int64_t temp5 ;
+  PyObject *swig_obj[4] ;
+  lumen_status result;
+  
+  {
+    memset(&temp5, 0, sizeof temp5);
+    arg5 = &temp5;
+  }
+  if (!SWIG_Python_UnpackTuple(args, "lumen_model_state_count_as", 4, 4, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_model *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_model_state_count_as" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  ecode3 = SWIG_AsVal_int(swig_obj[2], &val3);
+  if (!SWIG_IsOK(ecode3)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "lumen_model_state_count_as" "', argument " "3"" of type '" "int32_t""'");
+  } 
+  arg3 = (int32_t)(val3);
+  ecode4 = SWIG_AsVal_int(swig_obj[3], &val4);
+  if (!SWIG_IsOK(ecode4)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode4), "in method '" "lumen_model_state_count_as" "', argument " "4"" of type '" "int32_t""'");
+  } 
+  arg4 = (int32_t)(val4);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_model_state_count_as((struct lumen_model const *)arg1,arg2,arg3,arg4,arg5);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)temp5));
   }
   return resultobj;
 fail:
@@ -7515,6 +7702,150 @@ SWIGINTERN PyObject *_wrap_lumen_session_write_state(PyObject *self, PyObject *a
 fail:
   {
     Py_XDECREF(memory4); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_session_read_state_as(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  float *arg5 = (float *) 0 ;
+  int64_t arg6 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  int val3 ;
+  int ecode3 = 0 ;
+  int val4 ;
+  int ecode4 = 0 ;
+  PyObject *memory5 = NULL ;
+  void *data5 = NULL ;
+  PyObject *swig_obj[5] ;
+  lumen_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_session_read_state_as", 5, 5, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_session_read_state_as" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  ecode3 = SWIG_AsVal_int(swig_obj[2], &val3);
+  if (!SWIG_IsOK(ecode3)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "lumen_session_read_state_as" "', argument " "3"" of type '" "int32_t""'");
+  } 
+  arg3 = (int32_t)(val3);
+  ecode4 = SWIG_AsVal_int(swig_obj[3], &val4);
+  if (!SWIG_IsOK(ecode4)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode4), "in method '" "lumen_session_read_state_as" "', argument " "4"" of type '" "int32_t""'");
+  } 
+  arg4 = (int32_t)(val4);
+  {
+    memory5 = binding_view(swig_obj[4], 1, 'f', "out", &data5, &arg6);
+    if (!memory5) SWIG_fail;
+    arg5 = (float *)data5;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_read_state_as((struct lumen_session const *)arg1,arg2,arg3,arg4,arg5,arg6);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    Py_XDECREF(memory5); 
+  }
+  return resultobj;
+fail:
+  {
+    Py_XDECREF(memory5); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_lumen_session_write_state_as(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  lumen_session *arg1 = (lumen_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  float *arg5 = (float *) 0 ;
+  int64_t arg6 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  int val3 ;
+  int ecode3 = 0 ;
+  int val4 ;
+  int ecode4 = 0 ;
+  PyObject *memory5 = NULL ;
+  void *data5 = NULL ;
+  PyObject *swig_obj[5] ;
+  lumen_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "lumen_session_write_state_as", 5, 5, swig_obj)) SWIG_fail;
+  {
+    if (swig_obj[0] == Py_None) {
+      arg1 = NULL;
+    } else {
+      arg1 = (lumen_session *)PyLong_AsVoidPtr(swig_obj[0]);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+  }
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_session_write_state_as" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  ecode3 = SWIG_AsVal_int(swig_obj[2], &val3);
+  if (!SWIG_IsOK(ecode3)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "lumen_session_write_state_as" "', argument " "3"" of type '" "int32_t""'");
+  } 
+  arg3 = (int32_t)(val3);
+  ecode4 = SWIG_AsVal_int(swig_obj[3], &val4);
+  if (!SWIG_IsOK(ecode4)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode4), "in method '" "lumen_session_write_state_as" "', argument " "4"" of type '" "int32_t""'");
+  } 
+  arg4 = (int32_t)(val4);
+  {
+    memory5 = binding_view(swig_obj[4], 0, 'f', "values", &data5, &arg6);
+    if (!memory5) SWIG_fail;
+    arg5 = (float *)data5;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (lumen_status)lumen_session_write_state_as(arg1,arg2,arg3,arg4,(float const *)arg5,arg6);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != LUMEN_OK) {
+      binding_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    Py_XDECREF(memory5); 
+  }
+  return resultobj;
+fail:
+  {
+    Py_XDECREF(memory5); 
   }
   return NULL;
 }
@@ -10733,6 +11064,10 @@ static PyMethodDef SwigMethods[] = {
 	 { "lumen_layer_options_conv_size_get", _wrap_lumen_layer_options_conv_size_get, METH_O, NULL},
 	 { "lumen_layer_options_conv_activation_set", _wrap_lumen_layer_options_conv_activation_set, METH_VARARGS, NULL},
 	 { "lumen_layer_options_conv_activation_get", _wrap_lumen_layer_options_conv_activation_get, METH_O, NULL},
+	 { "lumen_layer_options_allow_neg_eigval_set", _wrap_lumen_layer_options_allow_neg_eigval_set, METH_VARARGS, NULL},
+	 { "lumen_layer_options_allow_neg_eigval_get", _wrap_lumen_layer_options_allow_neg_eigval_get, METH_O, NULL},
+	 { "lumen_layer_options_gate_lower_bound_set", _wrap_lumen_layer_options_gate_lower_bound_set, METH_VARARGS, NULL},
+	 { "lumen_layer_options_gate_lower_bound_get", _wrap_lumen_layer_options_gate_lower_bound_get, METH_O, NULL},
 	 { "new_lumen_layer_options", _wrap_new_lumen_layer_options, METH_NOARGS, NULL},
 	 { "delete_lumen_layer_options", _wrap_delete_lumen_layer_options, METH_O, NULL},
 	 { "lumen_layer_options_swigregister", lumen_layer_options_swigregister, METH_O, NULL},
@@ -10773,8 +11108,9 @@ static PyMethodDef SwigMethods[] = {
 		"Appends a layer. The options are validated now: a known family; H, K, V >= 1 and HV a\n"
 		"multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite\n"
 		"and >= 0; 0/1 flags; and no option the family does not take (feature_map and normalize\n"
-		"are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and\n"
-		"ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known\n"
+		"are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw\n"
+		"gated_delta_net's, kda's and ssd's, gate_lower_bound (finite, <= 0) gated_delta_net's and\n"
+		"kda's with gate_raw; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known\n"
 		"conv_activation. On success the new layer's index is written to\n"
 		"*out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming\n"
 		"the problem.\n"
@@ -10810,6 +11146,11 @@ static PyMethodDef SwigMethods[] = {
 		"canonical fp32 layout: HV*K*V for the matrix; HV*K for the normalizer, 0 when the layer\n"
 		"keeps none; H*K*(W-1), H*K*(W-1) and HV*V*(W-1) for the conv windows, 0 without a\n"
 		"convolution. An unknown part is LUMEN_ERROR_INVALID_ARGUMENT.\n"
+		""},
+	 { "lumen_model_state_count_as", _wrap_lumen_model_state_count_as, METH_VARARGS, "\n"
+		"lumen_model_state_count in a lumen_state_layout: the part's element count in that layout\n"
+		"(in fla's, a conv window holds W columns: H*K*W, H*K*W and HV*V*W, 0 without a\n"
+		"convolution). An unknown part or layout is LUMEN_ERROR_INVALID_ARGUMENT. Since 0.4.\n"
 		""},
 	 { "lumen_model_state_bytes", _wrap_lumen_model_state_bytes, METH_VARARGS, "\n"
 		"Writes the bytes a session keeps for layer `layer` (every part, in its stored dtype), or,\n"
@@ -10963,6 +11304,22 @@ static PyMethodDef SwigMethods[] = {
 		"e.g. a state exported from flash-linear-attention, or a conv window from causal-conv1d or\n"
 		"vLLM). Rounds to the stored dtype. The token\n"
 		"count is unchanged. Rejects non-finite values. Host memory.\n"
+		""},
+	 { "lumen_session_read_state_as", _wrap_lumen_session_read_state_as, METH_VARARGS, "\n"
+		"lumen_session_read_state in a lumen_state_layout: copies one part of layer `layer`'s state\n"
+		"into out[0..count), fp32. count must equal the part's element count in that layout (in\n"
+		"fla's: HV * V * K for the matrix, HV * K for the normalizer, C * W for a conv window). An\n"
+		"unknown layout, a wrong count or a part the layer does not keep is\n"
+		"LUMEN_ERROR_INVALID_ARGUMENT. Host memory. Since 0.4.\n"
+		""},
+	 { "lumen_session_write_state_as", _wrap_lumen_session_write_state_as, METH_VARARGS, "\n"
+		"lumen_session_write_state in a lumen_state_layout: overwrites one part of layer `layer`'s\n"
+		"state from values[0..count) (fp32; count as for lumen_session_read_state_as). With\n"
+		"LUMEN_LAYOUT_FLA, one sequence's recurrent state ([HV, V, K]) and conv windows\n"
+		"([C, W]) from an fla layer's cache go in as they are, and the conversation continues here.\n"
+		"Rounds to the stored dtype. The token count is unchanged. Rejects non-finite values (in\n"
+		"the ignored column too). Same errors as lumen_session_read_state_as; the session is\n"
+		"unchanged on any error. Host memory. Since 0.4.\n"
 		""},
 	 { "lumen_layer_inputs_dtype_set", _wrap_lumen_layer_inputs_dtype_set, METH_VARARGS, NULL},
 	 { "lumen_layer_inputs_dtype_get", _wrap_lumen_layer_inputs_dtype_get, METH_O, NULL},
@@ -11291,6 +11648,7 @@ static swig_type_info _swigt__p_lumen_param = {"_p_lumen_param", "lumen_param *|
 static swig_type_info _swigt__p_lumen_reservation = {"_p_lumen_reservation", "lumen_reservation *|struct lumen_reservation *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_session = {"_p_lumen_session", "lumen_session *|struct lumen_session *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_snapshot_options = {"_p_lumen_snapshot_options", "lumen_snapshot_options *|struct lumen_snapshot_options *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_lumen_state_layout = {"_p_lumen_state_layout", "lumen_state_layout *|enum lumen_state_layout *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_state_part = {"_p_lumen_state_part", "lumen_state_part *|enum lumen_state_part *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_status = {"_p_lumen_status", "lumen_status *|enum lumen_status *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_lumen_store = {"_p_lumen_store", "lumen_store *|struct lumen_store *", 0, 0, (void*)0, 0};
@@ -11331,6 +11689,7 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_lumen_reservation,
   &_swigt__p_lumen_session,
   &_swigt__p_lumen_snapshot_options,
+  &_swigt__p_lumen_state_layout,
   &_swigt__p_lumen_state_part,
   &_swigt__p_lumen_status,
   &_swigt__p_lumen_store,
@@ -11371,6 +11730,7 @@ static swig_cast_info _swigc__p_lumen_param[] = {  {&_swigt__p_lumen_param, 0, 0
 static swig_cast_info _swigc__p_lumen_reservation[] = {  {&_swigt__p_lumen_reservation, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_session[] = {  {&_swigt__p_lumen_session, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_snapshot_options[] = {  {&_swigt__p_lumen_snapshot_options, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_lumen_state_layout[] = {  {&_swigt__p_lumen_state_layout, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_state_part[] = {  {&_swigt__p_lumen_state_part, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_status[] = {  {&_swigt__p_lumen_status, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_lumen_store[] = {  {&_swigt__p_lumen_store, 0, 0, 0},{0, 0, 0, 0}};
@@ -11411,6 +11771,7 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_lumen_reservation,
   _swigc__p_lumen_session,
   _swigc__p_lumen_snapshot_options,
+  _swigc__p_lumen_state_layout,
   _swigc__p_lumen_state_part,
   _swigc__p_lumen_status,
   _swigc__p_lumen_store,
@@ -11954,6 +12315,8 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "LUMEN_STATE_CONV_Q",SWIG_From_int((int)(LUMEN_STATE_CONV_Q)));
   SWIG_Python_SetConstant(d, "LUMEN_STATE_CONV_K",SWIG_From_int((int)(LUMEN_STATE_CONV_K)));
   SWIG_Python_SetConstant(d, "LUMEN_STATE_CONV_V",SWIG_From_int((int)(LUMEN_STATE_CONV_V)));
+  SWIG_Python_SetConstant(d, "LUMEN_LAYOUT_LUMEN",SWIG_From_int((int)(LUMEN_LAYOUT_LUMEN)));
+  SWIG_Python_SetConstant(d, "LUMEN_LAYOUT_FLA",SWIG_From_int((int)(LUMEN_LAYOUT_FLA)));
   SWIG_Python_SetConstant(d, "LUMEN_CONV_ACTIVATION_SILU",SWIG_From_int((int)(LUMEN_CONV_ACTIVATION_SILU)));
   SWIG_Python_SetConstant(d, "LUMEN_CONV_ACTIVATION_NONE",SWIG_From_int((int)(LUMEN_CONV_ACTIVATION_NONE)));
   SWIG_Python_SetConstant(d, "LUMEN_MAX_TENTATIVE_TOKENS",SWIG_From_int((int)(16)));

@@ -1,5 +1,6 @@
 package org.lumen;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -17,6 +18,7 @@ import org.lumen.capi.LumenDtype;
 import org.lumen.capi.LumenFamily;
 import org.lumen.capi.LumenFeatureMap;
 import org.lumen.capi.LumenParam;
+import org.lumen.capi.LumenStateLayout;
 import org.lumen.capi.LumenStatePart;
 import org.lumen.capi.LumenStatus;
 
@@ -60,6 +62,7 @@ class IdiomsTest {
     sameConstants(LumenBackend.class, Backend.class);
     sameConstants(LumenDtype.class, Dtype.class);
     sameConstants(LumenStatePart.class, StatePart.class);
+    sameConstants(LumenStateLayout.class, StateLayout.class);
     sameConstants(LumenFeatureMap.class, FeatureMap.class);
     sameConstants(LumenConvActivation.class, ConvActivation.class);
     sameConstants(LumenParam.class, Param.class);
@@ -186,6 +189,83 @@ class IdiomsTest {
             sameFields(raw, i == 0 ? gated : linear);
           }
         }
+      }
+    }
+  }
+
+  @Test
+  void allowNegEigvalTakesBetaUpToTwo() {
+    // fla's allow_neg_eigval: beta in [0, 2]. One token from a zero state with a unit key:
+    // the state becomes beta k v^T, so o = beta (q . k) v.
+    float[] q = {1, 0, 0, 0}, k = {1, 0, 0, 0}, v = {1, 2, 3, 4};
+    try (ModelBuilder builder = new ModelBuilder()) {
+      builder.addLayer(new LayerOptions(Family.DELTA_NET).numHeads(1).keyDim(4).valueDim(4)
+          .scale(1).allowNegEigval(true));
+      builder.addLayer(new LayerOptions(Family.DELTA_NET).numHeads(1).keyDim(4).valueDim(4)
+          .scale(1));
+      try (Model model = builder.build(); Engine engine = new Engine(model);
+           Session session = engine.newSession()) {
+        assertTrue(model.layerOptions(0).allowNegEigval());
+        float[] o = session.step(0, q, k, v, null, new float[] {1.5f});
+        assertArrayEquals(new float[] {1.5f, 3, 4.5f, 6}, o);
+        LumenException twoAndAHalf = assertThrows(LumenException.class,
+            () -> session.step(0, q, k, v, null, new float[] {2.5f}));
+        assertTrue(twoAndAHalf.getMessage().contains("must lie in [0, 2]"),
+                   twoAndAHalf.getMessage());
+        LumenException without = assertThrows(LumenException.class,
+            () -> session.step(1, q, k, v, null, new float[] {1.5f}));
+        assertTrue(without.getMessage().contains("must lie in [0, 1]"), without.getMessage());
+      }
+    }
+  }
+
+  @Test
+  void gateLowerBoundIsFlasLowerBoundedGate() {
+    // gated_delta_net, K = V = 1, A_log = dt_bias = 0, raw gates 0: the lower-bounded gate is
+    // -2 * sigmoid(0) = -1, the raw gate -softplus(0) = -ln 2. A first token writes S = 1 (beta
+    // 1); a second with beta 0 only decays it, so it reads exp(g).
+    float[] one = {1}, zero = {0};
+    try (ModelBuilder builder = new ModelBuilder()) {
+      for (float bound : new float[] {-2, 0}) {
+        int layer = builder.addLayer(new LayerOptions(Family.GATED_DELTA_NET).numHeads(1)
+            .keyDim(1).valueDim(1).gateRaw(true).gateLowerBound(bound));
+        builder.setParam(layer, Param.A_LOG, new float[1]).setParam(layer, Param.DT_BIAS,
+                                                                     new float[1]);
+      }
+      try (Model model = builder.build(); Engine engine = new Engine(model);
+           Session session = engine.newSession()) {
+        assertEquals(-2.0f, model.layerOptions(0).gateLowerBound());
+        for (int layer = 0; layer < 2; ++layer) {
+          assertEquals(1.0f, session.step(layer, one, one, one, zero, one)[0]);
+          float read = session.step(layer, one, one, one, zero, zero)[0];
+          assertEquals(layer == 0 ? Math.exp(-1) : 0.5, read, 1e-6);
+        }
+      }
+    }
+  }
+
+  @Test
+  void statesMoveInFlasLayout() {
+    // A gla layer, HV = 1, K = 2, V = 3, a convolution of width 3 (channels: H*K = 2 for q).
+    try (ModelBuilder builder = new ModelBuilder()) {
+      int layer = builder.addLayer(new LayerOptions(Family.GLA).numHeads(1).keyDim(2)
+          .valueDim(3).convSize(3));
+      builder.setParam(layer, Param.CONV_Q_WEIGHT, new float[6])
+          .setParam(layer, Param.CONV_K_WEIGHT, new float[6])
+          .setParam(layer, Param.CONV_V_WEIGHT, new float[9]);
+      try (Model model = builder.build(); Engine engine = new Engine(model);
+           Session session = engine.newSession()) {
+        assertEquals(6, model.stateCount(0, StatePart.CONV_Q, StateLayout.FLA));
+        float[] canonical = {1, 2, 3, 4, 5, 6}; // [K, V]
+        session.writeState(0, StatePart.MATRIX, canonical);
+        assertArrayEquals(new float[] {1, 4, 2, 5, 3, 6}, // [V, K]
+                          session.readState(0, StatePart.MATRIX, StateLayout.FLA));
+        session.writeState(0, StatePart.CONV_Q, StateLayout.FLA, new float[] {9, 1, 2, 9, 3, 4});
+        assertArrayEquals(new float[] {1, 2, 3, 4}, session.readState(0, StatePart.CONV_Q));
+        assertArrayEquals(new float[] {0, 1, 2, 0, 3, 4},
+                          session.readState(0, StatePart.CONV_Q, StateLayout.FLA));
+        assertThrows(LumenException.class,
+            () -> session.writeState(0, StatePart.CONV_Q, StateLayout.FLA, new float[4]));
       }
     }
   }

@@ -142,8 +142,9 @@ public class Capi implements CapiConstants {
    * Appends a layer. The options are validated now: a known family; H, K, V &gt;= 1 and HV a<br>
    * multiple of H (dims up to 65536 heads and 16384 per head); scale and normalize_eps finite<br>
    * and &gt;= 0; 0/1 flags; and no option the family does not take (feature_map and normalize<br>
-   * are linear_attn's, beta_sigmoid the delta family's, gate_raw gated_delta_net's, kda's and<br>
-   * ssd's; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known<br>
+   * are linear_attn's, beta_sigmoid and allow_neg_eigval the delta family's, gate_raw<br>
+   * gated_delta_net's, kda's and ssd's, gate_lower_bound (finite, &lt;= 0) gated_delta_net's and<br>
+   * kda's with gate_raw; state_dtype FLOAT32 or BFLOAT16); conv_size in [0, 64] and a known<br>
    * conv_activation. On success the new layer's index is written to<br>
    * *out_layer if it is not NULL. Returns LUMEN_ERROR_INVALID_ARGUMENT with a message naming<br>
    * the problem.
@@ -220,6 +221,17 @@ public class Capi implements CapiConstants {
    */
   public static int lumen_model_state_count(long model, int layer, int part, long[] out) {
     int status = CapiJNI.lumen_model_state_count(model, layer, part, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * lumen_model_state_count in a lumen_state_layout: the part's element count in that layout<br>
+   * (in fla's, a conv window holds W columns: H*K*W, H*K*W and HV*V*W, 0 without a<br>
+   * convolution). An unknown part or layout is LUMEN_ERROR_INVALID_ARGUMENT. Since 0.4.
+   */
+  public static int lumen_model_state_count_as(long model, int layer, int part, int layout, long[] out) {
+    int status = CapiJNI.lumen_model_state_count_as(model, layer, part, layout, out);
     org.lumen.LumenException.check(status);
     return status;
   }
@@ -445,6 +457,34 @@ public class Capi implements CapiConstants {
    */
   public static int lumen_session_write_state(long session, int layer, int part, float[] values) {
     int status = CapiJNI.lumen_session_write_state(session, layer, part, values);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * lumen_session_read_state in a lumen_state_layout: copies one part of layer `layer`'s state<br>
+   * into out[0..count), fp32. count must equal the part's element count in that layout (in<br>
+   * fla's: HV * V * K for the matrix, HV * K for the normalizer, C * W for a conv window). An<br>
+   * unknown layout, a wrong count or a part the layer does not keep is<br>
+   * LUMEN_ERROR_INVALID_ARGUMENT. Host memory. Since 0.4.
+   */
+  public static int lumen_session_read_state_as(long session, int layer, int part, int layout, float[] out) {
+    int status = CapiJNI.lumen_session_read_state_as(session, layer, part, layout, out);
+    org.lumen.LumenException.check(status);
+    return status;
+  }
+
+  /**
+   * lumen_session_write_state in a lumen_state_layout: overwrites one part of layer `layer`'s<br>
+   * state from values[0..count) (fp32; count as for lumen_session_read_state_as). With<br>
+   * LUMEN_LAYOUT_FLA, one sequence's recurrent state ([HV, V, K]) and conv windows<br>
+   * ([C, W]) from an fla layer's cache go in as they are, and the conversation continues here.<br>
+   * Rounds to the stored dtype. The token count is unchanged. Rejects non-finite values (in<br>
+   * the ignored column too). Same errors as lumen_session_read_state_as; the session is<br>
+   * unchanged on any error. Host memory. Since 0.4.
+   */
+  public static int lumen_session_write_state_as(long session, int layer, int part, int layout, float[] values) {
+    int status = CapiJNI.lumen_session_write_state_as(session, layer, part, layout, values);
     org.lumen.LumenException.check(status);
     return status;
   }

@@ -52,6 +52,10 @@ public class CapiJNI {
   public final static native int LayerOptions_convSize_get(long jarg1, LayerOptions jarg1_);
   public final static native void LayerOptions_convActivation_set(long jarg1, LayerOptions jarg1_, int jarg2);
   public final static native int LayerOptions_convActivation_get(long jarg1, LayerOptions jarg1_);
+  public final static native void LayerOptions_allowNegEigval_set(long jarg1, LayerOptions jarg1_, int jarg2);
+  public final static native int LayerOptions_allowNegEigval_get(long jarg1, LayerOptions jarg1_);
+  public final static native void LayerOptions_gateLowerBound_set(long jarg1, LayerOptions jarg1_, float jarg2);
+  public final static native float LayerOptions_gateLowerBound_get(long jarg1, LayerOptions jarg1_);
   public final static native long new_LayerOptions();
   public final static native void delete_LayerOptions(long jarg1);
   public final static native void lumen_layer_options_init(long jarg1, LayerOptions jarg1_);
@@ -67,6 +71,7 @@ public class CapiJNI {
   public final static native int lumen_model_num_layers(long jarg1, int[] jarg2);
   public final static native int lumen_model_layer_options(long jarg1, int jarg2, long jarg3, LayerOptions jarg3_);
   public final static native int lumen_model_state_count(long jarg1, int jarg2, int jarg3, long[] jarg4);
+  public final static native int lumen_model_state_count_as(long jarg1, int jarg2, int jarg3, int jarg4, long[] jarg5);
   public final static native int lumen_model_state_bytes(long jarg1, int jarg2, long[] jarg3);
   public final static native void EngineOptions_backend_set(long jarg1, EngineOptions jarg1_, int jarg2);
   public final static native int EngineOptions_backend_get(long jarg1, EngineOptions jarg1_);
@@ -133,6 +138,8 @@ public class CapiJNI {
   public final static native int lumen_session_tokens(long jarg1, int jarg2, long[] jarg3);
   public final static native int lumen_session_read_state(long jarg1, int jarg2, int jarg3, float[] jarg4);
   public final static native int lumen_session_write_state(long jarg1, int jarg2, int jarg3, float[] jarg4);
+  public final static native int lumen_session_read_state_as(long jarg1, int jarg2, int jarg3, int jarg4, float[] jarg5);
+  public final static native int lumen_session_write_state_as(long jarg1, int jarg2, int jarg3, int jarg4, float[] jarg5);
   public final static native void LayerInputs_dtype_set(long jarg1, LayerInputs jarg1_, int jarg2);
   public final static native int LayerInputs_dtype_get(long jarg1, LayerInputs jarg1_);
   public final static native void LayerInputs_memory_set(long jarg1, LayerInputs jarg1_, int jarg2);

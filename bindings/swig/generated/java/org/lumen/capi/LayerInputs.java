@@ -19,8 +19,9 @@ package org.lumen.capi;
  * A struct_size of 0.1.0's struct (without `stream`) is accepted and means stream NULL.<br>
  * <br>
  * Values are checked before anything runs: NaN or infinity in any input, g &gt; 0 as a log-decay<br>
- * (any finite value with gate_raw), and beta outside [0, 1] (any finite logit with<br>
- * beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the tensor, the token<br>
+ * (any finite value with gate_raw), and beta outside [0, 1] ([0, 2] with allow_neg_eigval; any<br>
+ * finite logit with beta_sigmoid) fail the call with LUMEN_ERROR_INVALID_ARGUMENT, naming the<br>
+ * tensor, the token<br>
  * (and, in a call of several sessions, which session's token), the head and the channel; no<br>
  * session changes. On GPU engines a call over device buffers reports this later (see "GPU<br>
  * engines").

@@ -173,6 +173,22 @@ public class LayerOptions implements AutoCloseable {
     return CapiJNI.LayerOptions_convActivation_get(swigCPtr, this);
   }
 
+  public void setAllowNegEigval(int value) {
+    CapiJNI.LayerOptions_allowNegEigval_set(swigCPtr, this, value);
+  }
+
+  public int getAllowNegEigval() {
+    return CapiJNI.LayerOptions_allowNegEigval_get(swigCPtr, this);
+  }
+
+  public void setGateLowerBound(float value) {
+    CapiJNI.LayerOptions_gateLowerBound_set(swigCPtr, this, value);
+  }
+
+  public float getGateLowerBound() {
+    return CapiJNI.LayerOptions_gateLowerBound_get(swigCPtr, this);
+  }
+
   public LayerOptions() {
     this(CapiJNI.new_LayerOptions(), true);
   }

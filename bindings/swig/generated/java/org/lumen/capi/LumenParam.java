@@ -15,7 +15,8 @@ package org.lumen.capi;
 public final class LumenParam {
   /**
    *  [HV], needed with gate_raw (gated_delta_net, kda, ssd): g = -exp(A_log[h]) * dt, where<br>
-   *  dt = softplus(g_raw + dt_bias). 
+   *  dt = softplus(g_raw + dt_bias); with gate_lower_bound, g = gate_lower_bound *<br>
+   *  sigmoid(exp(A_log[h]) * (g_raw + dt_bias)). 
    */
   public final static int A_LOG = 0;
   /**
