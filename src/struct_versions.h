@@ -55,7 +55,7 @@ struct StructHistory<lumen_layer_inputs> {
 };
 
 // 0.2's lumen_engine_options ended before memory_budget_bytes: its engines have no budget;
-// an older 0.3 one ended before skip_device_buffer_check: its GPU engines check buffers.
+// 0.3's ended before skip_device_buffer_check: its GPU engines check buffers.
 template <>
 struct StructHistory<lumen_engine_options> {
   static constexpr uint32_t kFirstSize = offsetof(lumen_engine_options, memory_budget_bytes);

@@ -7,7 +7,7 @@ run this with the Python the extension was built for.
 
     make_wheel.py --tag
         prints the wheel's tag
-    make_wheel.py --version 0.3.0 --out DIR/lumen-0.3.0-TAG.whl lumen/x.py=/path/to/x.py ...
+    make_wheel.py --version 0.4.0 --out DIR/lumen-0.4.0-TAG.whl lumen/x.py=/path/to/x.py ...
         writes the wheel: each argument is ARCHIVE_PATH=FILE
 """
 import argparse

@@ -54,7 +54,7 @@ ConvActivation = _enum_from("ConvActivation", "LUMEN_CONV_ACTIVATION_")
 
 
 def version():
-    """The loaded library's version string, e.g. "0.3.0"."""
+    """The loaded library's version string, e.g. "0.4.0"."""
     return capi.lumen_version_string()
 
 

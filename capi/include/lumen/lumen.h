@@ -177,7 +177,7 @@ extern "C" {
  * promise (see there).
  */
 #define LUMEN_VERSION_MAJOR 0
-#define LUMEN_VERSION_MINOR 3
+#define LUMEN_VERSION_MINOR 4
 #define LUMEN_VERSION_PATCH 0
 /** MAJOR * 10000 + MINOR * 100 + PATCH of this header. Since 0.2. */
 #define LUMEN_VERSION_NUMBER \
@@ -566,7 +566,7 @@ typedef struct lumen_engine_options {
   const char* spill_directory;  /* UTF-8 directory for evicted sessions (must exist), copied
                                    at creation; NULL (default): a private directory the
                                    engine makes under $TMPDIR (or /tmp) and removes */
-  /* Since 0.3: 1 turns off the GPU engines' device buffer check (see "GPU engines"): layer
+  /* Since 0.4: 1 turns off the GPU engines' device buffer check (see "GPU engines"): layer
    * calls then hand LUMEN_MEMORY_DEVICE pointers and the stream to the kernels unasked, which
    * saves one query of the driver per allocation and call (lumen bench --gpu measures it). 0
    * (default): checked. Any other value is LUMEN_ERROR_INVALID_ARGUMENT. The CPU engine

@@ -55,7 +55,7 @@ pub const MAX_TENTATIVE_TOKENS: i32 = sys::LUMEN_MAX_TENTATIVE_TOKENS as i32;
 /// The deepest rewind a session keeps (`LUMEN_MAX_REWIND_TOKENS`, since 0.4).
 pub const MAX_REWIND_TOKENS: i32 = sys::LUMEN_MAX_REWIND_TOKENS as i32;
 
-/// The loaded library's version, e.g. "0.3.0".
+/// The loaded library's version, e.g. "0.4.0".
 pub fn version() -> String {
     // SAFETY: lumen_version_string returns a static NUL-terminated string.
     unsafe { std::ffi::CStr::from_ptr(sys::lumen_version_string()) }

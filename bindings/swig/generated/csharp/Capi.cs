@@ -298,9 +298,9 @@ public class Capi {
   }
 
   public const int LUMEN_VERSION_MAJOR = 0;
-  public const int LUMEN_VERSION_MINOR = 3;
+  public const int LUMEN_VERSION_MINOR = 4;
   public const int LUMEN_VERSION_PATCH = 0;
-  public const int LUMEN_VERSION_NUMBER = (0*10000+3*100+0);
+  public const int LUMEN_VERSION_NUMBER = (0*10000+4*100+0);
   public const int LUMEN_MAX_TENTATIVE_TOKENS = 16;
   public const int LUMEN_MAX_REWIND_TOKENS = 64;
 }

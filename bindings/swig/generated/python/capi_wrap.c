@@ -12261,9 +12261,9 @@ SWIG_init(void) {
   return NULL;
   
   SWIG_Python_SetConstant(d, "LUMEN_VERSION_MAJOR",SWIG_From_int((int)(0)));
-  SWIG_Python_SetConstant(d, "LUMEN_VERSION_MINOR",SWIG_From_int((int)(3)));
+  SWIG_Python_SetConstant(d, "LUMEN_VERSION_MINOR",SWIG_From_int((int)(4)));
   SWIG_Python_SetConstant(d, "LUMEN_VERSION_PATCH",SWIG_From_int((int)(0)));
-  SWIG_Python_SetConstant(d, "LUMEN_VERSION_NUMBER",SWIG_From_int((int)((0*10000+3*100+0))));
+  SWIG_Python_SetConstant(d, "LUMEN_VERSION_NUMBER",SWIG_From_int((int)((0*10000+4*100+0))));
   SWIG_Python_SetConstant(d, "LUMEN_OK",SWIG_From_int((int)(LUMEN_OK)));
   SWIG_Python_SetConstant(d, "LUMEN_ERROR_INVALID_ARGUMENT",SWIG_From_int((int)(LUMEN_ERROR_INVALID_ARGUMENT)));
   SWIG_Python_SetConstant(d, "LUMEN_ERROR_OUT_OF_RANGE",SWIG_From_int((int)(LUMEN_ERROR_OUT_OF_RANGE)));

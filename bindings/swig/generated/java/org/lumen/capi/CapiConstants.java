@@ -10,12 +10,12 @@ package org.lumen.capi;
 
 public interface CapiConstants {
   public final static int LUMEN_VERSION_MAJOR = 0;
-  public final static int LUMEN_VERSION_MINOR = 3;
+  public final static int LUMEN_VERSION_MINOR = 4;
   public final static int LUMEN_VERSION_PATCH = 0;
   /**
    *  MAJOR * 10000 + MINOR * 100 + PATCH of this header. Since 0.2. 
    */
-  public final static int LUMEN_VERSION_NUMBER = (0*10000+3*100+0);
+  public final static int LUMEN_VERSION_NUMBER = (0*10000+4*100+0);
   /**
    *  The most tokens a tentative call runs per session. Since 0.4. 
    */
