@@ -46,37 +46,26 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const lumen_engine_option
                                                    ", must be in [0, ", kMaxThreads,
                                                    "] (0 = all cores)"));
   }
-  if (options.skip_device_buffer_check != 0 && options.skip_device_buffer_check != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("skip_device_buffer_check is ",
-                                                   options.skip_device_buffer_check,
-                                                   ", must be 0 (checked) or 1 (unchecked)"));
-  }
-  // GPU backends: whether layer calls check their device buffers with the driver first.
-  [[maybe_unused]] const bool check = options.skip_device_buffer_check == 0;
   switch (options.backend) {
     case LUMEN_BACKEND_AUTO:
 #ifdef LUMEN_WITH_CUDA
-      if (cuda::CudaDevicePresent(options.device)) {
-        return cuda::CreateCudaBackend(options.device, check);
-      }
+      if (cuda::CudaDevicePresent(options.device)) return cuda::CreateCudaBackend(options.device);
 #endif
 #ifdef LUMEN_WITH_ROCM
-      if (rocm::RocmDevicePresent(options.device)) {
-        return rocm::CreateRocmBackend(options.device, check);
-      }
+      if (rocm::RocmDevicePresent(options.device)) return rocm::CreateRocmBackend(options.device);
 #endif
       [[fallthrough]];
     case LUMEN_BACKEND_CPU:
       return cpu::CreateCpuBackend(options.num_threads);
     case LUMEN_BACKEND_CUDA:
 #ifdef LUMEN_WITH_CUDA
-      return cuda::CreateCudaBackend(options.device, check);
+      return cuda::CreateCudaBackend(options.device);
 #else
       return absl::UnimplementedError("this build of lumen has no CUDA backend");
 #endif
     case LUMEN_BACKEND_ROCM:
 #ifdef LUMEN_WITH_ROCM
-      return rocm::CreateRocmBackend(options.device, check);
+      return rocm::CreateRocmBackend(options.device);
 #else
       return absl::UnimplementedError("this build of lumen has no ROCm backend");
 #endif

@@ -11,7 +11,7 @@ namespace {
 #define LUMEN_ENDS_AT_LAST_FIELD(type, last) \
   static_assert(offsetof(type, last) + sizeof(type::last) == sizeof(type))
 LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_options, gate_lower_bound);
-LUMEN_ENDS_AT_LAST_FIELD(lumen_engine_options, skip_device_buffer_check);
+LUMEN_ENDS_AT_LAST_FIELD(lumen_engine_options, spill_directory);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_inputs, stream);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_layer_output, o_count);
 LUMEN_ENDS_AT_LAST_FIELD(lumen_snapshot_options, state_dtype);

@@ -54,15 +54,13 @@ struct StructHistory<lumen_layer_inputs> {
       {LUMEN_ADDED_FIELD(lumen_layer_inputs, stream)}};
 };
 
-// 0.2's lumen_engine_options ended before memory_budget_bytes: its engines have no budget;
-// 0.3's ended before skip_device_buffer_check: its GPU engines check buffers.
+// 0.2's lumen_engine_options ended before memory_budget_bytes: its engines have no budget.
 template <>
 struct StructHistory<lumen_engine_options> {
   static constexpr uint32_t kFirstSize = offsetof(lumen_engine_options, memory_budget_bytes);
-  static constexpr std::array<AddedField, 3> kAddedFields{
+  static constexpr std::array<AddedField, 2> kAddedFields{
       {LUMEN_ADDED_FIELD(lumen_engine_options, memory_budget_bytes),
-       LUMEN_ADDED_FIELD(lumen_engine_options, spill_directory),
-       LUMEN_ADDED_FIELD(lumen_engine_options, skip_device_buffer_check)}};
+       LUMEN_ADDED_FIELD(lumen_engine_options, spill_directory)}};
 };
 
 #undef LUMEN_ADDED_FIELD

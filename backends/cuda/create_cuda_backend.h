@@ -15,9 +15,7 @@ namespace lumen::cuda {
 bool CudaDevicePresent(int32_t device);
 
 // The CUDA backend on GPU `device`; LUMEN_ERROR_UNSUPPORTED with a message when there is no
-// such device or no driver. `check_device_buffers`: whether its layer calls check their device
-// buffers and stream with the driver first (lumen_engine_options.skip_device_buffer_check).
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int32_t device,
-                                                           bool check_device_buffers);
+// such device or no driver.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int32_t device);
 
 }  // namespace lumen::cuda

@@ -28,8 +28,7 @@ bool CudaDevicePresent(int32_t device) {
   return properties.major >= 8;  // the kernels are built for sm_80 and sm_90
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int32_t device,
-                                                           bool check_device_buffers) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int32_t device) {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
@@ -41,25 +40,21 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int32_t device,
     return LumenError(LUMEN_ERROR_UNSUPPORTED,
                       absl::StrCat("no CUDA device ", device, ": this machine has ", count));
   }
-  // A lost context would make the device look absent below: say what happened instead.
-  if (absl::Status lost = CheckContextNotLost(device); !lost.ok()) return lost;
   if (!CudaDevicePresent(device)) {
     return LumenError(LUMEN_ERROR_UNSUPPORTED,
                       absl::StrCat("CUDA device ", device,
                                    " is older than compute capability 8.0, which lumen's "
                                    "kernels need"));
   }
-  auto backend = std::make_unique<CudaBackend>(device, check_device_buffers);
+  auto backend = std::make_unique<CudaBackend>(device);
   if (absl::Status status = backend->Initialize(); !status.ok()) return status;
   return std::unique_ptr<Backend>(std::move(backend));
 }
 #endif
 
-CudaBackend::CudaBackend(int32_t device, bool check_device_buffers)
-    : device_(device), check_device_buffers_(check_device_buffers), pool_(device) {}
+CudaBackend::CudaBackend(int32_t device) : device_(device), pool_(device) {}
 
 absl::Status CudaBackend::Initialize() {
-  if (absl::Status lost = CheckContextNotLost(device_); !lost.ok()) return lost;
   LUMEN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "selecting the device");
   RelaxedCaptureMode relaxed;  // another thread may be capturing a graph meanwhile
   int major = 0;
@@ -75,9 +70,6 @@ absl::Status CudaBackend::Initialize() {
       cudaDeviceGetAttribute(&shared_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device_),
       "reading the device's shared memory per multiprocessor");
   shared_bytes_per_multiprocessor_ = shared_bytes;
-  if (check_device_buffers_) {
-    if (absl::Status status = buffer_check_.Initialize(device_); !status.ok()) return status;
-  }
   LUMEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&scratch_free_, cudaEventDisableTiming),
                              "creating an event");
   LUMEN_CUDA_RETURN_IF_ERROR(cudaMalloc(&input_error_, sizeof(InputErrorRecord)),
@@ -122,7 +114,6 @@ CudaBackend::~CudaBackend() {
 }
 
 absl::Status CudaBackend::UseDevice() {
-  if (absl::Status lost = CheckContextNotLost(device_); !lost.ok()) return lost;
   LUMEN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "selecting the device");
   return absl::OkStatus();
 }

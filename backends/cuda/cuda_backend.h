@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cuda/device_buffer_check.h"
 #include "backends/cuda/gpu_compat.cuh"
 #include "backends/cuda/kernels/input_check.cuh"
 #include "backends/cuda/kernels/layer_math.cuh"
@@ -26,9 +25,7 @@ namespace lumen::cuda {
 
 class CudaBackend : public Backend {
  public:
-  // `check_device_buffers`: whether layer calls ask the driver about their device buffers and
-  // stream first (device_buffer_check.h); lumen_engine_options.skip_device_buffer_check.
-  CudaBackend(int32_t device, bool check_device_buffers);
+  explicit CudaBackend(int32_t device);
   ~CudaBackend() override;
   // Selects the device and creates the backend's events; called once after construction.
   absl::Status Initialize();
@@ -69,13 +66,8 @@ class CudaBackend : public Backend {
   // enough that the engine's ledger stays short, many enough that the copy costs nothing.
   static constexpr int32_t kProbeInterval = 64;
 
-  // Makes the engine's device current for the calling thread; fails, saying so, once the
-  // device's context is lost.
+  // Makes the engine's device current for the calling thread.
   absl::Status UseDevice();
-  // When check_device_buffers_: refuses a call whose stream is another device's or whose
-  // LUMEN_MEMORY_DEVICE buffers are not what that promises (device_buffer_check.h), before
-  // anything is enqueued.
-  absl::Status CheckCallBuffers(const LayerRun& run);
   // Waits for every asynchronous layer call made so far; reports a failed kernel, and an input
   // error one of those calls recorded (see TakeInputError).
   absl::Status WaitForLayerCalls();
@@ -119,8 +111,6 @@ class CudaBackend : public Backend {
                              cudaStream_t stream);
 
   const int32_t device_;
-  const bool check_device_buffers_;
-  DeviceBufferCheck buffer_check_;  // used under mutex_
   bool dependent_launch_ = false;  // sm_90 or newer: steps overlap the input check
   // The device's multiprocessors and shared memory per multiprocessor (StepArgs).
   int32_t multiprocessors_ = 0;

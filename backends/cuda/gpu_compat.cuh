@@ -18,7 +18,6 @@
 #define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
 #define cudaDevAttrMaxSharedMemoryPerMultiprocessor \
   hipDeviceAttributeMaxSharedMemoryPerMultiprocessor
-#define cudaDevAttrPageableMemoryAccess hipDeviceAttributePageableMemoryAccess
 #define cudaError_t hipError_t
 #define cudaEvent_t hipEvent_t
 #define cudaStream_t hipStream_t
@@ -49,7 +48,6 @@
 #define cudaFree hipFree
 #define cudaFreeHost hipHostFree
 #define cudaFuncSetAttribute LumenHipFuncSetAttribute
-#define cudaGetDevice hipGetDevice
 #define cudaGetDeviceCount hipGetDeviceCount
 #define cudaGetDeviceProperties hipGetDeviceProperties
 #define cudaGetErrorName hipGetErrorName

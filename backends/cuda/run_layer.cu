@@ -34,7 +34,6 @@ absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerR
   const bool token_run = fits && (several || run.read_only);
   std::lock_guard<std::mutex> lock(mutex_);
   if (absl::Status status = UseDevice(); !status.ok()) return status;
-  if (absl::Status status = CheckCallBuffers(run); !status.ok()) return status;
   const lumen_layer_inputs& in = *run.inputs;
   const lumen_layer_output& out = *run.output;
   cudaStream_t stream = static_cast<cudaStream_t>(in.stream);

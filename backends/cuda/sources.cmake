@@ -4,7 +4,6 @@ set(LUMEN_CUDA_SOURCES
   ${LUMEN_CUDA_DIR}/cuda_backend.cu
   ${LUMEN_CUDA_DIR}/async_calls.cu
   ${LUMEN_CUDA_DIR}/run_layer.cu
-  ${LUMEN_CUDA_DIR}/device_buffer_check.cu
   ${LUMEN_CUDA_DIR}/step_path.cu
   ${LUMEN_CUDA_DIR}/prefill_path.cu
   ${LUMEN_CUDA_DIR}/scratch_plan.cu

@@ -70,10 +70,9 @@ absl::Status CheckDevice(int32_t device) {
 
 bool RocmDevicePresent(int32_t device) { return CheckDevice(device).ok(); }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateRocmBackend(int32_t device,
-                                                           bool check_device_buffers) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateRocmBackend(int32_t device) {
   if (absl::Status status = CheckDevice(device); !status.ok()) return status;
-  auto backend = std::make_unique<CudaBackend>(device, check_device_buffers);
+  auto backend = std::make_unique<CudaBackend>(device);
   if (absl::Status status = backend->Initialize(); !status.ok()) return status;
   return std::unique_ptr<Backend>(std::move(backend));
 }

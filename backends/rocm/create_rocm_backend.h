@@ -16,9 +16,7 @@ bool RocmDevicePresent(int32_t device);
 
 // The ROCm backend (the CUDA backend's sources compiled as HIP) on AMD GPU `device`;
 // LUMEN_ERROR_UNSUPPORTED with a message when the HIP runtime is missing, there is no such
-// device, or the kernels were not built for its target. `check_device_buffers` as CUDA's
-// (create_cuda_backend.h).
-absl::StatusOr<std::unique_ptr<Backend>> CreateRocmBackend(int32_t device,
-                                                           bool check_device_buffers);
+// device, or the kernels were not built for its target.
+absl::StatusOr<std::unique_ptr<Backend>> CreateRocmBackend(int32_t device);
 
 }  // namespace lumen::rocm

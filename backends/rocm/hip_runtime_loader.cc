@@ -215,7 +215,6 @@ LUMEN_HIP_FORWARD(hipGetLastError, (void), ())
 LUMEN_HIP_FORWARD(hipGetDeviceCount, (int* count), (count))
 LUMEN_HIP_FORWARD(hipGetDeviceProperties, (void* properties, int device), (properties, device))
 LUMEN_HIP_FORWARD(hipSetDevice, (int device), (device))
-LUMEN_HIP_FORWARD(hipGetDevice, (int* device), (device))
 LUMEN_HIP_FORWARD(hipDeviceGetAttribute, (int* value, int attribute, int device),
                   (value, attribute, device))
 LUMEN_HIP_FORWARD(hipDeviceSynchronize, (void), ())
@@ -248,16 +247,6 @@ LUMEN_HIP_FORWARD(hipEventQuery, (void* event), (event))
 LUMEN_HIP_FORWARD(hipEventDestroy, (void* event), (event))
 LUMEN_HIP_FORWARD(hipFuncSetAttribute, (const void* kernel, int attribute, int value),
                   (kernel, attribute, value))
-// The device buffer check's pointer queries (device_buffer_check.cu).
-LUMEN_HIP_FORWARD(hipPointerGetAttributes, (void* attributes, const void* pointer),
-                  (attributes, pointer))
-LUMEN_HIP_FORWARD(hipPointerGetAttribute, (void* data, int attribute, void* pointer),
-                  (data, attribute, pointer))
-LUMEN_HIP_FORWARD(hipMemGetAddressRange, (void** base, size_t* size, void* pointer),
-                  (base, size, pointer))
-// Not a hipError_t: the stream's device, or -1 for a handle that is no stream. Before the
-// runtime is loaded it answers hipErrorNotInitialized's number, but the backend loads it first.
-LUMEN_HIP_FORWARD(hipGetStreamDeviceId, (void* stream), (stream))
 
 #undef LUMEN_HIP_FORWARD
 

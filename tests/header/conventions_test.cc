@@ -352,11 +352,10 @@ TEST_CASE("struct_size: a size between fields from the first version up is accep
                        {sizeof(lumen_layer_inputs)},
                        [&](const lumen_layer_inputs* in) { return calls.StepWithInputs(in); });
   // lumen_engine_options: 0.2's struct ended before memory_budget_bytes; the budget's two
-  // fields came in 0.3, skip_device_buffer_check in 0.4.
+  // fields came in 0.3.
   CheckSizesUpToSizeof("lumen_engine_options", calls.engine_options,
                        offsetof(lumen_engine_options, memory_budget_bytes),
                        {offsetof(lumen_engine_options, spill_directory),
-                        offsetof(lumen_engine_options, skip_device_buffer_check),
                         sizeof(lumen_engine_options)},
                        [&](const lumen_engine_options* o) { return calls.CreateEngine(o); });
   // The structs still at their first version.

@@ -45,35 +45,6 @@ TEST_CASE("num_threads is at most 1024", "[header]") {
   }
 }
 
-TEST_CASE("skip_device_buffer_check is 0 by default, 0 or 1, and the CPU engine ignores it",
-          "[header]") {
-  LUMEN_CLAIM("lumen_engine_options.skip_device_buffer_check",
-              "Any other value is LUMEN_ERROR_INVALID_ARGUMENT.");
-  const Stack stack({SmallLayer(LUMEN_FAMILY_GLA)});
-  lumen_engine_options options;
-  lumen_engine_options_init(&options);
-  CHECK(options.skip_device_buffer_check == 0);
-  options.backend = LUMEN_BACKEND_CPU;
-  for (const int64_t value : {int64_t{0}, int64_t{1}}) {
-    INFO("skip_device_buffer_check " << value);
-    options.skip_device_buffer_check = value;
-    lumen_engine* engine = nullptr;
-    REQUIRE_OK(lumen_engine_create(stack.model.get(), &options, &engine));
-    lumen_engine_destroy(engine);
-  }
-  for (const int64_t value : {int64_t{-1}, int64_t{2}, INT64_MAX}) {
-    INFO("skip_device_buffer_check " << value);
-    options.skip_device_buffer_check = value;
-    lumen_engine* engine = nullptr;
-    const lumen_status status = lumen_engine_create(stack.model.get(), &options, &engine);
-    INFO(Describe(status));
-    CHECK(status == LUMEN_ERROR_INVALID_ARGUMENT);
-    CHECK(engine == nullptr);
-    CHECK(std::string(lumen_last_error_message()).find("skip_device_buffer_check") !=
-          std::string::npos);
-  }
-}
-
 TEST_CASE("a backend this build or machine lacks is UNSUPPORTED", "[header]") {
   LUMEN_CLAIM("lumen_engine_create",
               "Returns LUMEN_ERROR_UNSUPPORTED when the backend was not built, no usable device "

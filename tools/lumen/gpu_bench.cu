@@ -7,8 +7,6 @@
 // device-to-device copy (bytes read + written) of a buffer far larger than L2. Token runs:
 // 2, 4 and 8 tokens per session in one varlen prefill, beside one token's step.
 // Prefill: lumen_engine_prefill_varlen over B sequences of T tokens, device buffers.
-// The device buffer check: one session's step (N = 1) called directly, the call's own time on
-// an engine that checks its device buffers beside one that does not, in the same run.
 
 #include "tools/lumen/gpu_bench.h"
 
@@ -146,8 +144,7 @@ struct Bench {
   lumen_engine* engine = nullptr;
   int32_t family = 0;
 
-  // `check_buffers` false: lumen_engine_options.skip_device_buffer_check.
-  Bench(int32_t f, int32_t state_dtype, bool check_buffers = true) : family(f) {
+  Bench(int32_t f, int32_t state_dtype) : family(f) {
     lumen_model_builder* builder = nullptr;
     Check(lumen_model_builder_create(&builder), "lumen_model_builder_create");
     lumen_layer_options options;
@@ -178,7 +175,6 @@ struct Bench {
     lumen_engine_options engine_options;
     lumen_engine_options_init(&engine_options);
     engine_options.backend = LUMEN_BACKEND_CUDA;
-    engine_options.skip_device_buffer_check = check_buffers ? 0 : 1;
     Check(lumen_engine_create(model, &engine_options, &engine), "lumen_engine_create");
   }
   ~Bench() {
@@ -571,87 +567,6 @@ void HostStepTable(cudaStream_t stream, bool quick) {
   lumen_model_destroy(model);
 }
 
-// What the device buffer check costs a decode step: one session's step (N = 1, the decode
-// tables' gated_delta_net layer, bf16 inputs and output) on an engine with the check and on
-// one without, called alternately; wall-clock medians of the call alone (the stream is
-// synchronized after each call, outside the timing). The check asks the driver once per
-// allocation the buffers lie in: six when each buffer is its own cudaMalloc, one when all lie
-// in one allocation, as a framework's tensors in one block of its pool do. A graph replay
-// runs no check: it was checked once, at capture.
-void BufferCheckTable(cudaStream_t stream, bool quick) {
-  const int32_t family = LUMEN_FAMILY_GATED_DELTA_NET;
-  const Bench checked(family, LUMEN_DTYPE_FLOAT32, /*check_buffers=*/true);
-  const Bench unchecked(family, LUMEN_DTYPE_FLOAT32, /*check_buffers=*/false);
-  std::mt19937 rng(13);
-  const Inputs inputs(family, 1, rng);
-  const lumen_layer_inputs separate_in = inputs.Layer(stream);
-  const lumen_layer_output separate_out = inputs.Output();
-  // The same six buffers copied into one allocation, each at a 256-byte boundary.
-  lumen_layer_inputs shared_in = separate_in;
-  lumen_layer_output shared_out = separate_out;
-  const void** in_fields[] = {&shared_in.q, &shared_in.k, &shared_in.v, &shared_in.g,
-                              &shared_in.beta};
-  const int64_t counts[] = {separate_in.q_count, separate_in.k_count, separate_in.v_count,
-                            separate_in.g_count, separate_in.beta_count, separate_out.o_count};
-  int64_t offsets[6], total = 0;
-  for (int i = 0; i < 6; ++i) {
-    offsets[i] = total;
-    total += (counts[i] * 2 + 255) / 256 * 256;
-  }
-  char* shared = nullptr;
-  CheckCuda(cudaMalloc(&shared, total), "cudaMalloc");
-  for (int i = 0; i < 5; ++i) {
-    CheckCuda(cudaMemcpy(shared + offsets[i], *in_fields[i], counts[i] * 2,
-                         cudaMemcpyDeviceToDevice),
-              "cudaMemcpy");
-    *in_fields[i] = shared + offsets[i];
-  }
-  shared_out.o = shared + offsets[5];
-
-  lumen_session* with_check = nullptr;
-  lumen_session* without_check = nullptr;
-  Check(lumen_session_create(checked.engine, &with_check), "lumen_session_create");
-  Check(lumen_session_create(unchecked.engine, &without_check), "lumen_session_create");
-  const int warmup = 50, reps = quick ? 1000 : 20000;
-  std::printf("the device buffer check: one session's decode step (N = 1, gated_delta_net; "
-              "median us of the call alone, wall clock, %d calls each):\n",
-              reps);
-  std::printf("  buffers in                   checked   unchecked   the check's cost\n");
-  for (const bool one_allocation : {false, true}) {
-    const lumen_layer_inputs& in = one_allocation ? shared_in : separate_in;
-    lumen_layer_output out = one_allocation ? shared_out : separate_out;
-    auto call_us = [&](lumen_session* session) {
-      const auto start = std::chrono::steady_clock::now();
-      Check(lumen_session_step(session, 0, &in, &out), "lumen_session_step");
-      const auto end = std::chrono::steady_clock::now();
-      CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-      return std::chrono::duration<double, std::micro>(end - start).count();
-    };
-    for (int i = 0; i < warmup; ++i) {
-      call_us(with_check);
-      call_us(without_check);
-    }
-    std::vector<double> with_us(reps), without_us(reps);
-    for (int i = 0; i < reps; ++i) {
-      with_us[i] = call_us(with_check);
-      without_us[i] = call_us(without_check);
-    }
-    auto median = [reps](std::vector<double>& us) {
-      std::nth_element(us.begin(), us.begin() + reps / 2, us.end());
-      return us[reps / 2];
-    };
-    const double with = median(with_us), without = median(without_us);
-    std::printf("  %-26s %9.3f %11.3f %+14.3f\n",
-                one_allocation ? "one allocation" : "six allocations", with, without,
-                with - without);
-  }
-  std::printf("\n");
-  std::fflush(stdout);
-  lumen_session_destroy(with_check);
-  lumen_session_destroy(without_check);
-  cudaFree(shared);
-}
-
 }  // namespace
 
 int RunGpuBench(int argc, char** argv) {
@@ -677,7 +592,6 @@ int RunGpuBench(int argc, char** argv) {
     // After the decode tables, whose kernels profile_decode.sh takes as the first ones.
     std::printf("\n");
     HostStepTable(stream, quick);
-    BufferCheckTable(stream, quick);
     cudaStreamDestroy(stream);
     return 0;
   }
@@ -708,7 +622,6 @@ int RunGpuBench(int argc, char** argv) {
   TokenRunTable(options, stream, reps, rng);
   std::printf("\n");
   HostStepTable(stream, quick);
-  BufferCheckTable(stream, quick);
   std::printf("prefill: lumen_engine_prefill_varlen from zero states (ms)\n");
   std::printf("%-16s | B=4 x T=8192 | B=1 x T=65536\n", "family");
   for (const int32_t family : kFamilies) {

@@ -225,7 +225,7 @@ class Engine(_Handle):
 
     def __init__(self, model, options=None, **fields):
         """options: an EngineOptions, or keyword fields (backend, num_threads, device,
-        memory_budget_bytes, spill_directory, skip_device_buffer_check)."""
+        memory_budget_bytes, spill_directory)."""
         if options is not None and fields:
             raise TypeError("give either options or keyword fields")
         if fields:

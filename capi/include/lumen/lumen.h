@@ -81,39 +81,10 @@
  *     another thread captures a stream, in any capture mode: the allocations they may make
  *     (growing the state pool or the scratch) run under the calling thread's relaxed capture
  *     mode, which does not disturb that capture.
- *   - Device buffers are checked. Before a layer call enqueues anything, each of its
- *     LUMEN_MEMORY_DEVICE buffers (q, k, v, g, beta, o; cu_seqlens is host memory) is
- *     checked against the driver's record of it: it must be device memory of the engine's GPU
- *     (or of another GPU that the engine's may access, with peer access enabled), managed
- *     memory, or page-locked host memory mapped for the GPU at the same address (host
- *     memory the driver does not know is accepted, with nothing to check it against, only
- *     where the GPU reads pageable memory, cudaDevAttrPageableMemoryAccess), and
- *     [pointer, pointer + count elements) must lie inside one allocation. A buffer that is
- *     not, such as malloc'd host memory, a pointer already passed to cudaFree, or an
- *     allocation smaller than its count, fails the call with LUMEN_ERROR_INVALID_ARGUMENT
- *     naming the buffer, the kind of memory, and the allocation's size beside the bytes the
- *     count needs; nothing is enqueued and no session changes. The driver's record is asked
- *     once per allocation; the allocations that passed are remembered with the driver's
- *     buffer id, so a later call over them asks only for that id (an allocation freed and
- *     made again at the same address has a new id and is checked anew). The check asks no
- *     stream for anything, so it also runs while the stream is captured, once, at capture;
- *     replays are not checked. A tensor of a caching allocator (PyTorch's) or of a memory
- *     pool may be checked against a larger block around it, which is all the driver sees:
- *     keep such buffers within their own bounds. lumen_engine_options.skip_device_buffer_check turns
- *     the check off.
- *   - Streams. A stream handle cannot be checked safely: the runtime reads through it, and
- *     a value that is no stream (a freed or made-up handle) can crash the process. As with
- *     CUDA's own libraries, the caller guarantees that lumen_layer_inputs.stream is NULL or a
- *     stream created on the engine's GPU and not yet destroyed, and that it stays so until
- *     the call returns. A stream of another GPU than the engine's is refused with
- *     LUMEN_ERROR_INVALID_ARGUMENT, nothing enqueued (with CUDA 12.8 or newer, or HIP, and
- *     unless the device buffer check is off).
  *   - A launch that fails is reported by the call that launched it (LUMEN_ERROR_BACKEND). A
  *     kernel that faults while running is reported by the next call that waits for the device
- *     (any of the calls above, or cudaStreamSynchronize); CUDA errors of that kind are sticky:
- *     they leave the GPU context of the whole process unusable. The engine then answers every
- *     later call with LUMEN_ERROR_BACKEND whose message says that the GPU context of this
- *     process is lost and that only a new process recovers, with CUDA's error.
+ *     (any of the calls above, or cudaStreamSynchronize); CUDA errors of that kind are sticky,
+ *     and the engine then answers LUMEN_ERROR_BACKEND with CUDA's message.
  *   - LUMEN_BACKEND_CUDA without a usable CUDA device (none, no driver, or a library built
  *     without CUDA) is LUMEN_ERROR_UNSUPPORTED with a message; so is LUMEN_BACKEND_ROCM
  *     without a usable AMD GPU (none, no HIP 5 runtime libamdhip64.so.5, a GPU of a target
@@ -566,12 +537,6 @@ typedef struct lumen_engine_options {
   const char* spill_directory;  /* UTF-8 directory for evicted sessions (must exist), copied
                                    at creation; NULL (default): a private directory the
                                    engine makes under $TMPDIR (or /tmp) and removes */
-  /* Since 0.4: 1 turns off the GPU engines' device buffer check (see "GPU engines"): layer
-   * calls then hand LUMEN_MEMORY_DEVICE pointers and the stream to the kernels unasked, which
-   * saves one query of the driver per allocation and call (lumen bench --gpu measures it). 0
-   * (default): checked. Any other value is LUMEN_ERROR_INVALID_ARGUMENT. The CPU engine
-   * ignores it. 64 bits wide so that the struct has no tail padding. */
-  int64_t skip_device_buffer_check;
 } lumen_engine_options;
 
 /** Fills *options with defaults. */

@@ -419,28 +419,6 @@ public static class LumenTests {
     }
   }
 
-  static void TheDeviceBufferCheckCanBeSkipped() {
-    // 0 (checked) by default; 1 skips it on GPU engines, and the CPU engine ignores it.
-    using (var defaults = new EngineOptions()) {
-      Check(defaults.SkipDeviceBufferCheck == 0, "checked by default");
-    }
-    using (var builder = new ModelBuilder())
-    using (var layer = Layer(LumenFamily.RETENTION, H, H, K, V))
-    using (var options = new EngineOptions { Backend = LumenBackend.CPU, NumThreads = 1,
-                                             SkipDeviceBufferCheck = 1 }) {
-      builder.AddLayer(layer);
-      using (Model model = builder.Build()) {
-        using (var engine = new Engine(model, options)) {
-          Check(engine.Backend == LumenBackend.CPU, "the CPU engine ignores it");
-        }
-        options.SkipDeviceBufferCheck = 2;
-        var error = Throws<LumenException>(() => new Engine(model, options), "a bad value");
-        Check(error.Status == LumenStatus.INVALID_ARGUMENT, error.Message);
-        Check(error.Message.Contains("skip_device_buffer_check"), error.Message);
-      }
-    }
-  }
-
   static long ResidentBytes() =>
       long.Parse(File.ReadAllText("/proc/self/statm").Split(' ')[1]) * 4096;
 
@@ -770,7 +748,7 @@ public static class LumenTests {
       StoresSaveAndLoadByKeyWithVersions, SessionsBeyondTheBudgetSpillAndComeBackBitForBit,
       BadCallsThrowWithTheLibraryMessage, AllowNegEigvalTakesBetaUpToTwo,
       GateLowerBoundIsFlasLowerBoundedGate, StatesMoveInFlasLayout,
-      ReservingScratchChecksItsArguments, TheDeviceBufferCheckCanBeSkipped,
+      ReservingScratchChecksItsArguments,
       TextFieldsFreeTheirCopies, NativeMemoryIsReleased, DroppedSessionsStayWithinAMemoryBound,
       DroppedSessionsCauseFullCollections, DisposeWaitsForACallInProgress,
       EnumsAndFlagsNeedNoCasts, PresetsAreLayerOptionsFactories, SpansMatchArrays,

@@ -134,21 +134,6 @@ def test_snapshot_round_trips_through_bytes_and_a_file(engine, tmp_path):
         assert len(half) < len(data)
 
 
-def test_the_device_buffer_check_can_be_skipped():
-    # 0 (checked) by default; 1 skips it on GPU engines, and the CPU engine ignores it.
-    assert lumen.EngineOptions().skip_device_buffer_check == 0
-    with lumen.ModelBuilder() as builder:
-        builder.add_layer(family="retention", num_heads=H, key_dim=K, value_dim=V)
-        model = builder.build()
-    with model:
-        with lumen.Engine(model, backend="cpu", num_threads=1, skip_device_buffer_check=1):
-            pass
-        with pytest.raises(lumen.LumenError) as error:
-            lumen.Engine(model, backend="cpu", num_threads=1, skip_device_buffer_check=2)
-        assert error.value.status == lumen.Status.INVALID_ARGUMENT
-        assert "skip_device_buffer_check" in error.value.message
-
-
 def test_bad_calls_raise_with_the_library_message(engine):
     with engine.session() as session:
         q = np.ones((H, K), np.float32)

@@ -13,7 +13,6 @@ public final class EngineOptions {
   private int device;
   private long memoryBudgetBytes;
   private String spillDirectory;
-  private boolean skipDeviceBufferCheck;
 
   /** The defaults (lumen_engine_options_init). */
   public EngineOptions() {
@@ -23,7 +22,6 @@ public final class EngineOptions {
       device = defaults.getDevice();
       memoryBudgetBytes = defaults.getMemoryBudgetBytes();
       spillDirectory = defaults.getSpillDirectory();
-      skipDeviceBufferCheck = defaults.getSkipDeviceBufferCheck() != 0;
     }
   }
 
@@ -35,7 +33,6 @@ public final class EngineOptions {
     options.setDevice(device);
     options.setMemoryBudgetBytes(memoryBudgetBytes);
     options.setSpillDirectory(spillDirectory);
-    options.setSkipDeviceBufferCheck(skipDeviceBufferCheck ? 1 : 0);
     return options;
   }
 
@@ -77,20 +74,10 @@ public final class EngineOptions {
     return this;
   }
 
-  /**
-   * Whether GPU engines skip the device buffer check of layer calls over device buffers
-   * (default false: checked; see lumen.h, "GPU engines"). Since 0.3.
-   */
-  public boolean skipDeviceBufferCheck() { return skipDeviceBufferCheck; }
-  public EngineOptions skipDeviceBufferCheck(boolean skipDeviceBufferCheck) {
-    this.skipDeviceBufferCheck = skipDeviceBufferCheck;
-    return this;
-  }
-
   @Override
   public String toString() {
     return "EngineOptions[backend=" + backend + ", numThreads=" + numThreads + ", device="
         + device + ", memoryBudgetBytes=" + memoryBudgetBytes + ", spillDirectory="
-        + spillDirectory + ", skipDeviceBufferCheck=" + skipDeviceBufferCheck + "]";
+        + spillDirectory + "]";
   }
 }

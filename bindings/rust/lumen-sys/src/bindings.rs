@@ -667,13 +667,12 @@ pub struct lumen_engine_options {
     pub device: i32,
     pub memory_budget_bytes: i64,
     pub spill_directory: *const ::std::os::raw::c_char,
-    pub skip_device_buffer_check: i64,
 }
 #[test]
 fn bindgen_test_layout_lumen_engine_options() {
     assert_eq!(
         ::std::mem::size_of::<lumen_engine_options>(),
-        40usize,
+        32usize,
         concat!("Size of: ", stringify!(lumen_engine_options))
     );
     assert_eq!(
@@ -783,23 +782,6 @@ fn bindgen_test_layout_lumen_engine_options() {
         );
     }
     test_field_spill_directory();
-    fn test_field_skip_device_buffer_check() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<lumen_engine_options>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).skip_device_buffer_check) as usize - ptr as usize
-            },
-            32usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(lumen_engine_options),
-                "::",
-                stringify!(skip_device_buffer_check)
-            )
-        );
-    }
-    test_field_skip_device_buffer_check();
 }
 extern "C" {
     #[doc = " Fills *options with defaults."]

@@ -254,9 +254,6 @@ impl EngineOptions {
         /// sessions go to a private spill directory unless `raw_mut().spill_directory`
         /// names one (a C string that must outlive `Engine::new`).
         memory_budget_bytes: memory_budget_bytes as i64 => |x| x;
-        /// GPU engines: true skips the device buffer check of layer calls over device
-        /// buffers (default false: checked).
-        skip_device_buffer_check: skip_device_buffer_check as bool => |x| x as i64;
     }
 }
 

@@ -215,19 +215,6 @@ fn snapshot_round_trips_through_bytes_and_a_file() {
 }
 
 #[test]
-fn the_device_buffer_check_can_be_skipped() {
-    // 0 (checked) by default; true skips it on GPU engines, and the CPU engine ignores it.
-    assert_eq!(EngineOptions::default().raw_mut().skip_device_buffer_check, 0);
-    let mut options =
-        EngineOptions::default().backend(Backend::CPU).skip_device_buffer_check(true);
-    assert_eq!(options.raw_mut().skip_device_buffer_check, 1);
-    let mut builder = ModelBuilder::new().unwrap();
-    builder.add_layer(&layer(Family::RETENTION, H, H, K, V)).unwrap();
-    let model = builder.build().unwrap();
-    Engine::new(&model, Some(&options)).unwrap();
-}
-
-#[test]
 fn bad_calls_return_the_library_message() {
     let engine = engine();
     let mut session = engine.session().unwrap();

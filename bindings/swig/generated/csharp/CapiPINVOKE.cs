@@ -394,12 +394,6 @@ class CapiPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_EngineOptions_SpillDirectory_get___")]
   public static extern string EngineOptions_SpillDirectory_get(global::System.Runtime.InteropServices.HandleRef jarg1);
 
-  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_EngineOptions_SkipDeviceBufferCheck_set___")]
-  public static extern void EngineOptions_SkipDeviceBufferCheck_set(global::System.Runtime.InteropServices.HandleRef jarg1, long jarg2);
-
-  [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_EngineOptions_SkipDeviceBufferCheck_get___")]
-  public static extern long EngineOptions_SkipDeviceBufferCheck_get(global::System.Runtime.InteropServices.HandleRef jarg1);
-
   [global::System.Runtime.InteropServices.DllImport("lumen_csharp", EntryPoint="CSharp_LumenfCApi_new_EngineOptions___")]
   public static extern global::System.IntPtr new_EngineOptions();
 

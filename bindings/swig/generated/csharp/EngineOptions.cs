@@ -108,16 +108,6 @@ public partial class EngineOptions : global::System.IDisposable {
     } 
   }
 
-  public long SkipDeviceBufferCheck {
-    set {
-      CapiPINVOKE.EngineOptions_SkipDeviceBufferCheck_set(swigCPtr, value);
-    } 
-    get {
-      long ret = CapiPINVOKE.EngineOptions_SkipDeviceBufferCheck_get(swigCPtr);
-      return ret;
-    } 
-  }
-
   public EngineOptions() : this(CapiPINVOKE.new_EngineOptions(), true) {
   }
 

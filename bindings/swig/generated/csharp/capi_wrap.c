@@ -1107,28 +1107,6 @@ SWIGEXPORT char * SWIGSTDCALL CSharp_LumenfCApi_EngineOptions_SpillDirectory_get
 }
 
 
-SWIGEXPORT void SWIGSTDCALL CSharp_LumenfCApi_EngineOptions_SkipDeviceBufferCheck_set___(void * jarg1, long long jarg2) {
-  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
-  int64_t arg2 ;
-  
-  arg1 = (struct lumen_engine_options *)jarg1; 
-  arg2 = (int64_t)jarg2; 
-  if (arg1) (arg1)->skip_device_buffer_check = arg2;
-}
-
-
-SWIGEXPORT long long SWIGSTDCALL CSharp_LumenfCApi_EngineOptions_SkipDeviceBufferCheck_get___(void * jarg1) {
-  long long jresult ;
-  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
-  int64_t result;
-  
-  arg1 = (struct lumen_engine_options *)jarg1; 
-  result = (int64_t) ((arg1)->skip_device_buffer_check);
-  jresult = result; 
-  return jresult;
-}
-
-
 SWIGEXPORT void * SWIGSTDCALL CSharp_LumenfCApi_new_EngineOptions___() {
   void * jresult ;
   struct lumen_engine_options *result = 0 ;

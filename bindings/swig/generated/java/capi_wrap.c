@@ -1730,46 +1730,6 @@ SWIGEXPORT jstring JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1spillDirec
 }
 
 
-SWIGEXPORT void JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1skipDeviceBufferCheck_1set(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_, jlong jarg2) {
-  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
-  int64_t arg2 ;
-  
-  (void)jenv;
-  (void)jcls;
-  (void)jarg1_;
-  arg1 = *(struct lumen_engine_options **)&jarg1; 
-  arg2 = (int64_t)jarg2; 
-  
-  if (!arg1) {
-    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
-    return ;
-  }
-  
-  if (arg1) (arg1)->skip_device_buffer_check = arg2;
-}
-
-
-SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_EngineOptions_1skipDeviceBufferCheck_1get(JNIEnv *jenv, jclass jcls, jlong jarg1, jobject jarg1_) {
-  jlong jresult = 0 ;
-  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
-  int64_t result;
-  
-  (void)jenv;
-  (void)jcls;
-  (void)jarg1_;
-  arg1 = *(struct lumen_engine_options **)&jarg1; 
-  
-  if (!arg1) {
-    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalStateException, "struct lumen_engine_options is closed");
-    return 0;
-  }
-  
-  result = (int64_t) ((arg1)->skip_device_buffer_check);
-  jresult = (jlong)result; 
-  return jresult;
-}
-
-
 SWIGEXPORT jlong JNICALL Java_org_lumen_capi_CapiJNI_new_1EngineOptions(JNIEnv *jenv, jclass jcls) {
   jlong jresult = 0 ;
   struct lumen_engine_options *result = 0 ;

@@ -402,7 +402,6 @@ class lumen_engine_options(object):
     device = property(_capi.lumen_engine_options_device_get, _capi.lumen_engine_options_device_set)
     memory_budget_bytes = property(_capi.lumen_engine_options_memory_budget_bytes_get, _capi.lumen_engine_options_memory_budget_bytes_set)
     spill_directory = property(_capi.lumen_engine_options_spill_directory_get, _capi.lumen_engine_options_spill_directory_set)
-    skip_device_buffer_check = property(_capi.lumen_engine_options_skip_device_buffer_check_get, _capi.lumen_engine_options_skip_device_buffer_check_set)
 
     def __init__(self):
         _capi.lumen_engine_options_swiginit(self, _capi.new_lumen_engine_options())

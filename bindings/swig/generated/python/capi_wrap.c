@@ -5868,66 +5868,6 @@ fail:
 }
 
 
-SWIGINTERN PyObject *_wrap_lumen_engine_options_skip_device_buffer_check_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
-  int64_t arg2 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  long long val2 ;
-  int ecode2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "lumen_engine_options_skip_device_buffer_check_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_engine_options, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_engine_options_skip_device_buffer_check_set" "', argument " "1"" of type '" "struct lumen_engine_options *""'"); 
-  }
-  arg1 = (struct lumen_engine_options *)(argp1);
-  ecode2 = SWIG_AsVal_long_SS_long(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "lumen_engine_options_skip_device_buffer_check_set" "', argument " "2"" of type '" "int64_t""'");
-  } 
-  arg2 = (int64_t)(val2);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->skip_device_buffer_check = arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_lumen_engine_options_skip_device_buffer_check_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct lumen_engine_options *arg1 = (struct lumen_engine_options *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  int64_t result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_lumen_engine_options, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "lumen_engine_options_skip_device_buffer_check_get" "', argument " "1"" of type '" "struct lumen_engine_options *""'"); 
-  }
-  arg1 = (struct lumen_engine_options *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (int64_t) ((arg1)->skip_device_buffer_check);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_From_long_SS_long((long long)(result));
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
 SWIGINTERN PyObject *_wrap_new_lumen_engine_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct lumen_engine_options *result = 0 ;
@@ -11170,8 +11110,6 @@ static PyMethodDef SwigMethods[] = {
 	 { "lumen_engine_options_memory_budget_bytes_get", _wrap_lumen_engine_options_memory_budget_bytes_get, METH_O, NULL},
 	 { "lumen_engine_options_spill_directory_set", _wrap_lumen_engine_options_spill_directory_set, METH_VARARGS, NULL},
 	 { "lumen_engine_options_spill_directory_get", _wrap_lumen_engine_options_spill_directory_get, METH_O, NULL},
-	 { "lumen_engine_options_skip_device_buffer_check_set", _wrap_lumen_engine_options_skip_device_buffer_check_set, METH_VARARGS, NULL},
-	 { "lumen_engine_options_skip_device_buffer_check_get", _wrap_lumen_engine_options_skip_device_buffer_check_get, METH_O, NULL},
 	 { "new_lumen_engine_options", _wrap_new_lumen_engine_options, METH_NOARGS, NULL},
 	 { "delete_lumen_engine_options", _wrap_delete_lumen_engine_options, METH_O, NULL},
 	 { "lumen_engine_options_swigregister", lumen_engine_options_swigregister, METH_O, NULL},

@@ -293,20 +293,6 @@ class LumenTest {
   }
 
   @Test
-  void theDeviceBufferCheckCanBeSkipped() {
-    // Checked by default; skipping is for GPU engines, and the CPU engine ignores it.
-    EngineOptions options = new EngineOptions().backend(Backend.CPU).numThreads(1);
-    assertEquals(false, options.skipDeviceBufferCheck());
-    options.skipDeviceBufferCheck(true);
-    try (org.lumen.capi.EngineOptions copy = options.toNative()) {
-      assertEquals(1, copy.getSkipDeviceBufferCheck());
-    }
-    try (Engine unchecked = new Engine(model, options)) {
-      assertEquals(Backend.CPU, unchecked.backend());
-    }
-  }
-
-  @Test
   void nativeMemoryIsReleased() throws Exception {
     // 256 KiB of state per session: the 1,600 sessions of the two measured rounds would hold
     // 400 MiB if they leaked.

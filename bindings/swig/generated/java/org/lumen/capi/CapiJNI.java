@@ -83,8 +83,6 @@ public class CapiJNI {
   public final static native long EngineOptions_memoryBudgetBytes_get(long jarg1, EngineOptions jarg1_);
   public final static native void EngineOptions_spillDirectory_set(long jarg1, EngineOptions jarg1_, String jarg2);
   public final static native String EngineOptions_spillDirectory_get(long jarg1, EngineOptions jarg1_);
-  public final static native void EngineOptions_skipDeviceBufferCheck_set(long jarg1, EngineOptions jarg1_, long jarg2);
-  public final static native long EngineOptions_skipDeviceBufferCheck_get(long jarg1, EngineOptions jarg1_);
   public final static native long new_EngineOptions();
   public final static native void delete_EngineOptions(long jarg1);
   public final static native void lumen_engine_options_init(long jarg1, EngineOptions jarg1_);

@@ -85,14 +85,6 @@ public class EngineOptions implements AutoCloseable {
     return CapiJNI.EngineOptions_spillDirectory_get(swigCPtr, this);
   }
 
-  public void setSkipDeviceBufferCheck(long value) {
-    CapiJNI.EngineOptions_skipDeviceBufferCheck_set(swigCPtr, this, value);
-  }
-
-  public long getSkipDeviceBufferCheck() {
-    return CapiJNI.EngineOptions_skipDeviceBufferCheck_get(swigCPtr, this);
-  }
-
   public EngineOptions() {
     this(CapiJNI.new_EngineOptions(), true);
   }
