@@ -185,7 +185,8 @@ TEST_CASE("a one-session step of the published shape fails like the CPU and chan
       if (tensor == 3) bad.v[layer.VPerToken() - 2] = kNaN;
       if (tensor == 4) {
         if (!layer.HasBeta()) continue;
-        bad.beta[layer.num_value_heads - 1] = layer.beta_sigmoid ? kNaN : 1.5f;
+        bad.beta[layer.num_value_heads - 1] =
+            layer.beta_sigmoid ? kNaN : layer.allow_neg_eigval ? 2.5f : 1.5f;
       }
       bad_cases.push_back(bad);
     }

