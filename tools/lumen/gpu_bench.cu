@@ -5,7 +5,8 @@
 // the time per step is the mean over graph replays. The state is read and written once per
 // step, so the effective bandwidth is 2 * N * HV * K * V * (4 or 2) bytes / t, set beside a
 // device-to-device copy (bytes read + written) of a buffer far larger than L2. Token runs:
-// 2, 4 and 8 tokens per session in one varlen prefill, beside one token's step.
+// 2, 4 and 8 tokens per session in one varlen prefill, beside one token's step; tentative
+// tokens (verify and commit) beside a plain step.
 // Prefill: lumen_engine_prefill_varlen over B sequences of T tokens, device buffers.
 
 #include "tools/lumen/gpu_bench.h"
@@ -364,6 +365,21 @@ void DecodeTable(const Options& options, int32_t state_dtype, double copy, cudaS
   }
 }
 
+// Median wall-clock microseconds of `body` over `reps` calls, after `warmup` calls.
+template <typename Body>
+double MedianUs(int warmup, int reps, Body body) {
+  for (int i = 0; i < warmup; ++i) body();
+  std::vector<double> us(reps);
+  for (double& t : us) {
+    const auto start = std::chrono::steady_clock::now();
+    body();
+    t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count();
+  }
+  std::nth_element(us.begin(), us.begin() + reps / 2, us.end());
+  return us[reps / 2];
+}
+
 // Several tokens per session in one pass (fp32 state, N = 256): the time of 2, 4 and 8 tokens
 // per session beside one token's, measured in the same run.
 void TokenRunTable(const Options& options, cudaStream_t stream, int reps, std::mt19937& rng) {
@@ -385,22 +401,58 @@ void TokenRunTable(const Options& options, cudaStream_t stream, int reps, std::m
   }
 }
 
-// Median wall-clock microseconds of `body` over `reps` calls, after `warmup` calls.
-template <typename Body>
-double MedianUs(int warmup, int reps, Body body) {
-  for (int i = 0; i < warmup; ++i) body();
-  std::vector<double> us(reps);
-  for (double& t : us) {
-    const auto start = std::chrono::steady_clock::now();
-    body();
-    t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-            .count();
-  }
-  std::nth_element(us.begin(), us.begin() + reps / 2, us.end());
-  return us[reps / 2];
-}
-
 __global__ void EmptyKernel() {}
+
+// Tentative tokens at N = 256 sessions (fp32 state, device buffers on the stream): the wall
+// clock of a tentative call of n tokens per session and its commit (all n accepted, or none),
+// each waited for, beside one plain batched step waited for, in the same run.
+void SpeculativeTable(const Options& options, cudaStream_t stream, std::mt19937& rng) {
+  constexpr int32_t kSessions = 256;
+  constexpr int kReps = 5;
+  std::printf("tentative tokens, fp32 state, N=%d, device buffers: median us per round, "
+              "waited for (x one plain step)\n", kSessions);
+  std::printf("%-16s | step     | n  | verify + reject  | verify + commit n\n", "family");
+  for (const int32_t family : kFamilies) {
+    if (!Selected(options, lumen_family_string(family))) continue;
+    Bench bench(family, LUMEN_DTYPE_FLOAT32);
+    std::vector<lumen_session*> sessions(kSessions);
+    for (lumen_session*& s : sessions) Check(lumen_session_create(bench.engine, &s), "create");
+    const Inputs one_token(bench.family, kSessions, rng);
+    const lumen_layer_inputs step_in = one_token.Layer(stream);
+    lumen_layer_output step_out = one_token.Output();
+    const double step_us = MedianUs(2, kReps, [&] {
+      Check(lumen_engine_step_batch(bench.engine, 0, sessions.data(), kSessions, &step_in,
+                                    &step_out),
+            "lumen_engine_step_batch");
+      CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    });
+    for (const int32_t n : {2, 4, 8}) {
+      const Inputs draft(bench.family, int64_t{kSessions} * n, rng);
+      const lumen_layer_inputs in = draft.Layer(stream);
+      lumen_layer_output out = draft.Output();
+      std::vector<int32_t> cu(kSessions + 1);
+      for (int32_t i = 0; i <= kSessions; ++i) cu[i] = i * n;
+      double round_us[2];
+      for (const int32_t accepted : {0, n}) {
+        const std::vector<int32_t> counts(kSessions, accepted);
+        round_us[accepted == 0 ? 0 : 1] = MedianUs(1, kReps, [&] {
+          Check(lumen_engine_step_tentative_batch(bench.engine, 0, sessions.data(), kSessions,
+                                                  cu.data(), &in, &out),
+                "lumen_engine_step_tentative_batch");
+          Check(lumen_engine_commit_batch(bench.engine, sessions.data(), kSessions,
+                                          counts.data()),
+                "lumen_engine_commit_batch");
+          CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        });
+      }
+      std::printf("%-16s | %8.1f | %2d | %8.1f (%4.2fx) | %8.1f (%4.2fx)\n",
+                  lumen_family_string(family), step_us, n, round_us[0], round_us[0] / step_us,
+                  round_us[1], round_us[1] / step_us);
+      std::fflush(stdout);
+    }
+    for (lumen_session* s : sessions) lumen_session_destroy(s);
+  }
+}
 
 // The Qwen3-Next preset layer (q/k/v convolutions of width 4, raw gates, beta logits) with one
 // session, stepped with host buffers as the README's main job and a Java or C# caller do, and
@@ -589,6 +641,8 @@ int RunGpuBench(int argc, char** argv) {
     DecodeTable(options, LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
     std::printf("\n");
     TokenRunTable(options, stream, reps, rng);
+    std::printf("\n");
+    SpeculativeTable(options, stream, rng);
     // After the decode tables, whose kernels profile_decode.sh takes as the first ones.
     std::printf("\n");
     HostStepTable(stream, quick);
@@ -620,6 +674,8 @@ int RunGpuBench(int argc, char** argv) {
   DecodeTable(options, LUMEN_DTYPE_BFLOAT16, copy, stream, reps, rng);
   std::printf("\n");
   TokenRunTable(options, stream, reps, rng);
+  std::printf("\n");
+  SpeculativeTable(options, stream, rng);
   std::printf("\n");
   HostStepTable(stream, quick);
   std::printf("prefill: lumen_engine_prefill_varlen from zero states (ms)\n");
