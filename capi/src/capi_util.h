@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "lumen/lumen.h"
 #include "src/engine.h"
 #include "src/layer_spec.h"
@@ -45,6 +46,23 @@ lumen_status Guard(Body&& body) {
   } catch (...) {
     return Fail(LUMEN_ERROR_INTERNAL, "unknown exception");
   }
+}
+
+// The C++ session pointers of a C array of n handles (NULL entries stay NULL for the engine to
+// report by index).
+inline std::vector<Session*> UnwrapSessions(lumen_session* const* sessions, int32_t n) {
+  std::vector<Session*> out(n, nullptr);
+  for (int32_t i = 0; i < n; ++i) {
+    if (sessions[i] != nullptr) out[i] = sessions[i]->session.get();
+  }
+  return out;
+}
+
+// The arguments every batched call takes: n >= 0 sessions, the array present when n > 0.
+inline lumen_status CheckSessionArray(lumen_session* const* sessions, int32_t n) {
+  if (n < 0) return Fail(LUMEN_ERROR_INVALID_ARGUMENT, absl::StrCat("n is ", n, ", must be >= 0"));
+  if (n > 0 && sessions == nullptr) return Fail(LUMEN_ERROR_INVALID_ARGUMENT, "sessions is NULL");
+  return LUMEN_OK;
 }
 
 }  // namespace lumen::capi

@@ -7,27 +7,18 @@
 #include "src/struct_size.h"
 #include "src/struct_versions.h"
 
+using lumen::capi::CheckSessionArray;
 using lumen::capi::Fail;
 using lumen::capi::FromStatus;
 using lumen::capi::Guard;
 using lumen::capi::Ok;
+using lumen::capi::UnwrapSessions;
 
 namespace {
 
-// The C++ session pointers of a C array of handles (NULL entries stay NULL for the engine to
-// report by index).
-std::vector<lumen::Session*> Unwrap(lumen_session* const* sessions, int32_t n) {
-  std::vector<lumen::Session*> out(n, nullptr);
-  for (int32_t i = 0; i < n; ++i) {
-    if (sessions[i] != nullptr) out[i] = sessions[i]->session.get();
-  }
-  return out;
-}
-
 lumen_status CheckBatch(lumen_session* const* sessions, int32_t n,
                         const lumen_layer_inputs* inputs, lumen_layer_output* output) {
-  if (n < 0) return Fail(LUMEN_ERROR_INVALID_ARGUMENT, absl::StrCat("n is ", n, ", must be >= 0"));
-  if (n > 0 && sessions == nullptr) return Fail(LUMEN_ERROR_INVALID_ARGUMENT, "sessions is NULL");
+  if (lumen_status s = CheckSessionArray(sessions, n); s != LUMEN_OK) return s;
   if (inputs == nullptr) return Fail(LUMEN_ERROR_INVALID_ARGUMENT, "inputs is NULL");
   if (output == nullptr) return Fail(LUMEN_ERROR_INVALID_ARGUMENT, "output is NULL");
   return LUMEN_OK;
@@ -131,7 +122,7 @@ lumen_status lumen_engine_step_batch(lumen_engine* engine, int32_t layer,
   LUMEN_REQUIRE_NOT_NULL(engine);
   if (lumen_status s = CheckBatch(sessions, n, inputs, output); s != LUMEN_OK) return s;
   return Guard([&] {
-    return FromStatus(engine->engine->Step(layer, Unwrap(sessions, n), *inputs, *output));
+    return FromStatus(engine->engine->Step(layer, UnwrapSessions(sessions, n), *inputs, *output));
   });
 }
 
@@ -144,7 +135,7 @@ lumen_status lumen_engine_prefill_varlen(lumen_engine* engine, int32_t layer,
   LUMEN_REQUIRE_NOT_NULL(cu_seqlens);
   if (lumen_status s = CheckBatch(sessions, n, inputs, output); s != LUMEN_OK) return s;
   return Guard([&] {
-    return FromStatus(engine->engine->Prefill(layer, Unwrap(sessions, n),
+    return FromStatus(engine->engine->Prefill(layer, UnwrapSessions(sessions, n),
                                               absl::MakeConstSpan(cu_seqlens, n + 1), *inputs,
                                               *output));
   });

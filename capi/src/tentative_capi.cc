@@ -1,33 +1,14 @@
 // C entry points for tentative tokens: tentative steps, their commit, and the count held.
 
-#include <vector>
-
-#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "capi/src/capi_util.h"
 
+using lumen::capi::CheckSessionArray;
 using lumen::capi::Fail;
 using lumen::capi::FromStatus;
 using lumen::capi::Guard;
 using lumen::capi::Ok;
-
-namespace {
-
-std::vector<lumen::Session*> Unwrap(lumen_session* const* sessions, int32_t n) {
-  std::vector<lumen::Session*> out(n, nullptr);
-  for (int32_t i = 0; i < n; ++i) {
-    if (sessions[i] != nullptr) out[i] = sessions[i]->session.get();
-  }
-  return out;
-}
-
-lumen_status CheckSessions(lumen_session* const* sessions, int32_t n) {
-  if (n < 0) return Fail(LUMEN_ERROR_INVALID_ARGUMENT, absl::StrCat("n is ", n, ", must be >= 0"));
-  if (n > 0 && sessions == nullptr) return Fail(LUMEN_ERROR_INVALID_ARGUMENT, "sessions is NULL");
-  return LUMEN_OK;
-}
-
-}  // namespace
+using lumen::capi::UnwrapSessions;
 
 extern "C" {
 
@@ -54,9 +35,9 @@ lumen_status lumen_engine_step_tentative_batch(lumen_engine* engine, int32_t lay
   LUMEN_REQUIRE_NOT_NULL(cu_seqlens);
   LUMEN_REQUIRE_NOT_NULL(inputs);
   LUMEN_REQUIRE_NOT_NULL(output);
-  if (lumen_status s = CheckSessions(sessions, n); s != LUMEN_OK) return s;
+  if (lumen_status s = CheckSessionArray(sessions, n); s != LUMEN_OK) return s;
   return Guard([&] {
-    return FromStatus(engine->engine->StepTentative(layer, Unwrap(sessions, n),
+    return FromStatus(engine->engine->StepTentative(layer, UnwrapSessions(sessions, n),
                                                     absl::MakeConstSpan(cu_seqlens, n + 1),
                                                     *inputs, *output));
   });
@@ -81,12 +62,12 @@ lumen_status lumen_session_commit(lumen_session* session, int32_t num_accepted) 
 lumen_status lumen_engine_commit_batch(lumen_engine* engine, lumen_session* const* sessions,
                                        int32_t n, const int32_t* num_accepted) {
   LUMEN_REQUIRE_NOT_NULL(engine);
-  if (lumen_status s = CheckSessions(sessions, n); s != LUMEN_OK) return s;
+  if (lumen_status s = CheckSessionArray(sessions, n); s != LUMEN_OK) return s;
   if (n > 0 && num_accepted == nullptr) {
     return Fail(LUMEN_ERROR_INVALID_ARGUMENT, "num_accepted is NULL");
   }
   return Guard([&] {
-    return FromStatus(engine->engine->Commit(Unwrap(sessions, n),
+    return FromStatus(engine->engine->Commit(UnwrapSessions(sessions, n),
                                              absl::MakeConstSpan(num_accepted, n)));
   });
 }
