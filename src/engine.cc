@@ -278,17 +278,22 @@ absl::Status Engine::StepTentative(int32_t layer, absl::Span<Session* const> ses
   return absl::OkStatus();
 }
 
+absl::Status Engine::CheckCallSession(const Session* session, size_t index) const {
+  if (session == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("session ", index, " is NULL"));
+  }
+  if (&session->engine() != this) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session ", index, " belongs to another engine; a call runs sessions of its own engine"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Engine::Commit(absl::Span<Session* const> sessions,
                             absl::Span<const int32_t> accepted) {
   for (size_t i = 0; i < sessions.size(); ++i) {
     const Session* session = sessions[i];
-    if (session == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("session ", i, " is NULL"));
-    }
-    if (&session->engine() != this) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "session ", i, " belongs to another engine; a call runs sessions of its own engine"));
-    }
+    if (absl::Status status = CheckCallSession(session, i); !status.ok()) return status;
     const int32_t n = session->tentative().count();
     if (n == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -700,13 +705,7 @@ absl::Status Engine::RunLayer(CallKind kind, int32_t layer,
   run.states.reserve(sessions.size());
   for (size_t i = 0; i < sessions.size(); ++i) {
     const Session* session = sessions[i];
-    if (session == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("session ", i, " is NULL"));
-    }
-    if (&session->engine() != this) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "session ", i, " belongs to another engine; a call runs sessions of its own engine"));
-    }
+    if (absl::Status status = CheckCallSession(session, i); !status.ok()) return status;
     if (kind == CallKind::kStep || kind == CallKind::kPrefill) {
       if (absl::Status status = session->CheckNoTentativeTokens(); !status.ok()) {
         return LumenError(LUMEN_ERROR_UNCOMMITTED_TOKENS,

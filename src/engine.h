@@ -122,6 +122,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // kRestore: a rewind's replay of kept tokens, which the rewind history does not record.
   enum class CallKind { kStep, kPrefill, kTentative, kReplay, kRestore };
 
+  // Session `index` of a call: present, and of this engine.
+  absl::Status CheckCallSession(const Session* session, size_t index) const;
   // Validates everything about a call, then runs it and advances the token counts.
   absl::Status RunLayer(CallKind kind, int32_t layer, absl::Span<Session* const> sessions,
                         std::vector<int32_t> cu_seqlens, const lumen_layer_inputs& inputs,
