@@ -22,14 +22,15 @@ from layer_inputs import H, HV, K, V, random_inputs
 
 
 def gated_delta_net_reference(q, k, v, g, beta, scale):
-    """The recurrence of docs/spec.md §2 in float64: decay, erase with the decayed state, write, read."""
+    """The recurrence of docs/spec.md §2 in float64: decay, erase with the decayed state, write,
+    read. g is a log-decay per value head ([T, HV]) or per key channel ([T, HV, K], KDA)."""
     tokens = q.shape[0]
     state = np.zeros((HV, K, V))
     out = np.zeros((tokens, HV, V))
     for t in range(tokens):
         for hv in range(HV):
             h = hv // (HV // H)
-            s = state[hv] * np.exp(g[t, hv])
+            s = state[hv] * np.reshape(np.exp(g[t, hv]), (-1, 1))
             u = beta[t, hv] * (v[t, hv] - s.T @ k[t, h])
             s = s + np.outer(k[t, h], u)
             state[hv] = s
@@ -388,21 +389,6 @@ def test_allow_neg_eigval_takes_beta_in_0_2_as_fla_does():
             session.step(0, q[0], k[0], v[0], g=g[0], beta=np.full(HV, 2.5, np.float32))
 
 
-def kda_reference(q, k, v, log_decay, beta, scale):
-    """KDA's recurrence (docs/spec.md §2) in float64: per-channel decay, erase, write, read."""
-    tokens = q.shape[0]
-    state = np.zeros((HV, K, V))
-    out = np.zeros((tokens, HV, V))
-    for t in range(tokens):
-        for hv in range(HV):
-            h = hv // (HV // H)
-            s = state[hv] * np.exp(log_decay[t, hv])[:, None]
-            s = s + np.outer(k[t, h], beta[t, hv] * (v[t, hv] - s.T @ k[t, h]))
-            state[hv] = s
-            out[t, hv] = s.T @ (scale * q[t, h])
-    return out
-
-
 def naive_kda_lowerbound_gate(g, A_log, dt_bias, lower_bound):
     """fla's fla/ops/kda/gate.py naive_kda_lowerbound_gate, in numpy float64: A_log may be None."""
     g = g + dt_bias.reshape(HV, K)
@@ -433,7 +419,8 @@ def test_gate_lower_bound_is_flas_lower_bounded_gate():
         for layer, fla_a_log in ((0, a_log.astype(np.float64)), (1, None)):
             gates = naive_kda_lowerbound_gate(g_raw.astype(np.float64), fla_a_log,
                                               dt_bias.astype(np.float64), -5.0)
-            expected = kda_reference(*as_double, gates, beta.astype(np.float64), K ** -0.5)
+            expected, _ = gated_delta_net_reference(*as_double, gates, beta.astype(np.float64),
+                                                     K ** -0.5)
             out = session.prefill(layer, q, k, v, g=g_raw, beta=beta)
             assert relative_rms(out, expected) <= 1e-4
 
