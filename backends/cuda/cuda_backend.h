@@ -99,8 +99,10 @@ class CudaBackend : public Backend {
   // prefill's own.
   absl::Status RunSteps(const LayerSpec& spec, const LayerRun& run, const RawInputs& inputs,
                         void* o, char* extras, cudaStream_t stream);
-  absl::Status RunPrefill(const LayerSpec& spec, const LayerRun& run, const RawInputs& inputs,
-                          void* o, char* extras, char* scratch, cudaStream_t stream);
+  // `token_run`: the register kernel's token run instead of the chunkwise passes (Run decides).
+  absl::Status RunPrefill(const LayerSpec& spec, const LayerRun& run, bool token_run,
+                          const RawInputs& inputs, void* o, char* extras, char* scratch,
+                          cudaStream_t stream);
   // A recurrent run of several tokens per session (a commit's replay) on a layer the register
   // kernel does not take: each session's tokens as one-token steps, in order, through the
   // step's own kernels, so that the results are a step's bit for bit. Its inputs have passed

@@ -1,7 +1,7 @@
-// A prefill: every session's tokens through the chunkwise kernel (or, for sequences of at
-// most kMaxRunTokens, the register step kernel's token run), after the device tables,
-// the input check (which holds a failing call's sequences at length 0), the convolution and
-// Mamba-2 passes and the preparation of the kernel's fp32 inputs.
+// A prefill: every session's tokens through the chunkwise kernel (or, where Run chose it, the
+// register step kernel's token run: short sequences, tentative passes and commits' replays),
+// after the device tables, the input check (which holds a failing call's sequences at length
+// 0), the convolution and Mamba-2 passes and the preparation of the kernel's fp32 inputs.
 
 #include <algorithm>
 
@@ -17,8 +17,8 @@
 namespace lumen::cuda {
 
 absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
-                                     const RawInputs& inputs, void* o, char* extras,
-                                     char* scratch, cudaStream_t stream) {
+                                     bool token_run, const RawInputs& inputs, void* o,
+                                     char* extras, char* scratch, cudaStream_t stream) {
   const PrefillPlan plan = PlanPrefill(spec, run);
   const int32_t n = run.num_sessions();
   const int64_t count = StateCount(spec);
@@ -74,29 +74,26 @@ absl::Status CudaBackend::RunPrefill(const LayerSpec& spec, const LayerRun& run,
   const bool bf16 = spec.state_dtype == DType::kBFloat16;
   float* o_fp32 = plan.o >= 0 ? reinterpret_cast<float*>(scratch + plan.o) : static_cast<float*>(o);
   const float* d_skip = has_extras ? conv->second.d_skip : nullptr;
-  // Short sequences (draft tokens, multi-token prediction) run through the register step
-  // kernel, each state read and written once, instead of the chunkwise passes. Its o goes
-  // straight to the output, as a step's does, unless Mamba-2's skip is still to be added.
-  StepArgs run_args;
-  run_args.layer = layer;
-  run_args.inputs = raw;
-  run_args.o = d_skip != nullptr ? o_fp32 : o;
-  run_args.out_dtype =
-      d_skip != nullptr ? DType::kFloat32 : static_cast<DType>(run.output->dtype);
-  run_args.state_bf16 = bf16;
-  run_args.input_error = input_error_;
-  run_args.cu_seqlens = device_cu_seqlens;
-  run_args.state_table = layer_states;
-  run_args.write_state = !run.read_only;
-  // Right after the check it starts while the check runs (see StepArgs::after_previous); the
-  // lengths it may read before the check holds a failing call's at 0 do not matter, since
-  // it reads the check's record before it writes anything.
-  run_args.after_previous = dependent_launch_ && !has_extras;
-  // A recurrent run (not chunkwise: a tentative pass or a commit's replay) comes here only
-  // as a token run.
-  const bool token_run = RegisterStepFits(run_args) &&
-                         (!run.chunkwise || LongestSequence(run) <= kMaxRunTokens);
   if (token_run) {
+    // Short sequences (draft tokens, multi-token prediction, a commit's replay) run through
+    // the register step kernel, each state read and written once, instead of the chunkwise
+    // passes. Its o goes straight to the output, as a step's does, unless Mamba-2's skip is
+    // still to be added.
+    StepArgs run_args;
+    run_args.layer = layer;
+    run_args.inputs = raw;
+    run_args.o = d_skip != nullptr ? o_fp32 : o;
+    run_args.out_dtype =
+        d_skip != nullptr ? DType::kFloat32 : static_cast<DType>(run.output->dtype);
+    run_args.state_bf16 = bf16;
+    run_args.input_error = input_error_;
+    run_args.cu_seqlens = device_cu_seqlens;
+    run_args.state_table = layer_states;
+    run_args.write_state = !run.read_only;
+    // Right after the check it starts while the check runs (see StepArgs::after_previous);
+    // the lengths it may read before the check holds a failing call's at 0 do not matter,
+    // since it reads the check's record before it writes anything.
+    run_args.after_previous = dependent_launch_ && !has_extras;
     LUMEN_CUDA_RETURN_IF_ERROR(LaunchRegisterTokens(run_args, n, stream),
                                "launching the token run");
   } else {

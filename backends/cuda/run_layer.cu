@@ -17,9 +17,9 @@
 namespace lumen::cuda {
 
 absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerRun& run) {
-  // A tentative pass (read_only) and a recurrent run of several tokens per session (a
-  // commit's replay) are token runs of the register kernel, through the prefill's tables,
-  // where the kernel takes the layer; a replay on another layer is one-token steps.
+  // Token runs of the register kernel, through the prefill's tables, where it takes the layer:
+  // a tentative pass (read_only), a recurrent run of several tokens per session (a commit's
+  // replay) and a prefill of short sequences; a replay on another layer is one-token steps.
   StepArgs probe;
   probe.layer = layers_.at(&spec);
   probe.state_bf16 = spec.state_dtype == DType::kBFloat16;
@@ -30,8 +30,10 @@ absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerR
                       "kernel: fp32 state, key_dim 128, value_dim a multiple of 32, no "
                       "normaliser and the identity feature map");
   }
-  const bool several = !run.chunkwise && LongestSequence(run) > 1;
-  const bool token_run = fits && (several || run.read_only);
+  const int32_t longest = LongestSequence(run);
+  const bool several = !run.chunkwise && longest > 1;
+  const bool token_run =
+      fits && (run.read_only || several || (run.chunkwise && longest <= kMaxRunTokens));
   std::lock_guard<std::mutex> lock(mutex_);
   if (absl::Status status = UseDevice(); !status.ok()) return status;
   const lumen_layer_inputs& in = *run.inputs;
@@ -131,7 +133,8 @@ absl::StatusOr<AsyncCallId> CudaBackend::Run(const LayerSpec& spec, const LayerR
 
   char* extras = scratch + host_io_bytes;
   absl::Status status =
-      sequences ? RunPrefill(spec, run, inputs, o, extras, extras + extras_bytes, stream)
+      sequences ? RunPrefill(spec, run, token_run, inputs, o, extras, extras + extras_bytes,
+                             stream)
       : several ? RunStepByStep(spec, run, inputs, o, extras, stream)
                 : RunSteps(spec, run, inputs, o, extras, stream);
   if (!status.ok()) return status;
